@@ -168,7 +168,9 @@ def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _int_field(cfg: Mapping[str, Any], *names: str, required: bool = True) -> int | None:
+def _int_field(
+    cfg: Mapping[str, Any], *names: str, required: bool = True, purpose: str = "the KV-cache size"
+) -> int | None:
     for name in names:
         if name in cfg and cfg[name] is not None:
             value = cfg[name]
@@ -176,7 +178,7 @@ def _int_field(cfg: Mapping[str, Any], *names: str, required: bool = True) -> in
                 raise InputError(f"config: field {name} = {value!r}: expected an integer")
             return int(value)
     if required:
-        raise InputError(f"config: missing field {names[0]} (needed for the KV-cache size)")
+        raise InputError(f"config: missing field {names[0]} (needed for {purpose})")
     return None
 
 
@@ -260,8 +262,10 @@ def _layer_kinds(cfg: Mapping[str, Any], num_layers: int, notes: list[str]) -> t
     if isinstance(interval, int) and interval > 0 and _gdn_dims(cfg) is not None:
         return [LAYER_FULL if (i + 1) % interval == 0 else LAYER_LINEAR for i in range(num_layers)], None
 
-    # 6. Sliding-window patterns by model family.
-    if window is not None and cfg.get("use_sliding_window") is not False:
+    # 6. Sliding-window patterns by model family. Qwen configs carry a sliding_window value
+    # but switch it off with use_sliding_window (HF default False for the Qwen family).
+    use_sw = cfg.get("use_sliding_window", model_type not in _QWEN_TYPES)
+    if window is not None and use_sw is not False:
         if model_type.startswith("gemma3") or model_type == "cohere2":
             every = cfg.get("sliding_window_pattern") or (6 if model_type.startswith("gemma3") else 4)
             if not isinstance(every, int) or every <= 0:
@@ -278,6 +282,9 @@ def _layer_kinds(cfg: Mapping[str, Any], num_layers: int, notes: list[str]) -> t
             "(expected hybrid_override_pattern or layers_block_type)"
         )
     return [LAYER_FULL] * num_layers, None
+
+
+_QWEN_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl")
 
 
 def _gdn_dims(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -1486,9 +1493,10 @@ def parameter_count(config: Mapping[str, Any]) -> dict[str, int]:
     """
     cfg = _text_config(config)
     shape = model_shape(config)
-    h = _int_field(cfg, "hidden_size", "d_model", "n_embd")
-    vocab = _int_field(cfg, "vocab_size")
-    n_heads = _int_field(cfg, "num_attention_heads", "n_head")
+    w = "the weights estimate"
+    h = _int_field(cfg, "hidden_size", "d_model", "n_embd", purpose=w)
+    vocab = _int_field(cfg, "vocab_size", purpose=w)
+    n_heads = _int_field(cfg, "num_attention_heads", "n_head", purpose=w)
     tied = bool(cfg.get("tie_word_embeddings", False))
     embeddings = vocab * h
     lm_head = 0 if tied else vocab * h

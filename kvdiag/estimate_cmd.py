@@ -1,0 +1,225 @@
+"""``kvdiag estimate``: KV-cache capacity of a model on one vLLM worker, from its config.json.
+
+The CLI group registers this command with ``cli.add_command(estimate)``. All arithmetic lives
+in :mod:`kvdiag.capacity`; this module reads the file, checks option combinations and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvdiag import capacity as cap
+from kvdiag.errors import InputError
+
+_KV_DTYPES = click.Choice(list(cap.KV_CACHE_DTYPES), case_sensitive=False)
+
+
+def _load_config(path: str) -> dict[str, Any]:
+    """Read a HF config.json; InputError naming the file and what was expected."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the model config ({exc.__class__.__name__}): expected a readable config.json") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}): expected a HF config.json object") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: top level is {type(data).__name__}: expected a HF config.json object")
+    return data
+
+
+def _relabel(exc: InputError, path: str) -> InputError:
+    msg = str(exc)
+    if msg.startswith("config: "):
+        msg = msg[len("config: "):]
+    return InputError(f"{path}: {msg}")
+
+
+@click.command("estimate")
+@click.option("--model-config", "model_config", required=True, type=click.Path(dir_okay=False),
+              help="Hugging Face config.json of the model.")
+@click.option("--kv-cache-dtype", default="auto", show_default=True, type=_KV_DTYPES,
+              help="vLLM --kv-cache-dtype (auto = model dtype).")
+@click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--pipeline-parallel-size", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--block-size", default=None, type=click.IntRange(min=1),
+              help="vLLM --block-size, tokens (default 16; raised for hybrid Mamba models).")
+@click.option("--max-model-len", default=None, type=click.IntRange(min=1),
+              help="Tokens per request (default: the config's max_position_embeddings).")
+@click.option("--max-num-batched-tokens", default=None, type=click.IntRange(min=1),
+              help=f"Scheduler token budget (default {cap.DEFAULT_MAX_NUM_BATCHED_TOKENS}); sizes sliding windows.")
+@click.option("--vllm-version", default=None, help="vLLM version, e.g. 0.11.0; selects what the log prints.")
+@click.option("--kv-cache-memory", "kv_cache_memory", default=None, type=float,
+              help="vLLM's 'Available KV cache memory' of one worker, GiB.")
+@click.option("--gpu-memory", "gpu_memory", default=None, type=float,
+              help="Total memory of one GPU, GiB (KV memory is then estimated).")
+@click.option("--gpu-memory-utilization", default=None, type=float,
+              help="vLLM --gpu-memory-utilization (with --gpu-memory; default 0.9, 0.92 from 0.24).")
+@click.option("--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]))
+def estimate(
+    model_config: str,
+    kv_cache_dtype: str,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    block_size: int | None,
+    max_model_len: int | None,
+    max_num_batched_tokens: int | None,
+    vllm_version: str | None,
+    kv_cache_memory: float | None,
+    gpu_memory: float | None,
+    gpu_memory_utilization: float | None,
+    fmt: str,
+) -> None:
+    """Estimate KV-cache blocks, token capacity and concurrency of one vLLM worker.
+
+    Give either --kv-cache-memory (the "Available KV cache memory: X GiB" startup line; the
+    result then matches what that vLLM version prints) or --gpu-memory (a rough estimate of
+    weights and activations is subtracted).
+    """
+    if (kv_cache_memory is None) == (gpu_memory is None):
+        raise click.UsageError("give exactly one of --kv-cache-memory GiB or --gpu-memory GiB")
+    if gpu_memory_utilization is not None and gpu_memory is None:
+        raise click.UsageError("--gpu-memory-utilization needs --gpu-memory")
+    if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
+        raise click.UsageError(f"--gpu-memory-utilization {gpu_memory_utilization}: expected a fraction in (0, 1]")
+    if kv_cache_memory is not None and kv_cache_memory < 0:
+        raise click.UsageError(f"--kv-cache-memory {kv_cache_memory}: expected GiB >= 0")
+    if gpu_memory is not None and gpu_memory <= 0:
+        raise click.UsageError(f"--gpu-memory {gpu_memory}: expected GiB > 0")
+    try:
+        version = cap.parse_vllm_version(vllm_version)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    config = _load_config(model_config)
+    notes: list[str] = []
+    try:
+        shape = cap.model_shape(config)
+    except InputError as exc:
+        raise _relabel(exc, model_config) from None
+    if pipeline_parallel_size > shape.num_layers:
+        raise click.UsageError(
+            f"--pipeline-parallel-size {pipeline_parallel_size} exceeds the model's {shape.num_layers} layers"
+        )
+
+    if max_model_len is None:
+        mpe = _text(config).get("max_position_embeddings")
+        if isinstance(mpe, int) and mpe > 0:
+            max_model_len = mpe
+            notes.append(f"max_model_len not given: using max_position_embeddings {mpe}")
+        else:
+            notes.append("max_model_len unknown (no --max-model-len, no max_position_embeddings): no concurrency")
+    mnbt = max_num_batched_tokens or cap.DEFAULT_MAX_NUM_BATCHED_TOKENS
+    if max_num_batched_tokens is None and any(k == "sliding" for k in shape.layer_kinds):
+        notes.append(
+            f"max_num_batched_tokens not given: assumed {mnbt} (vLLM server default below 70 GiB GPUs and on A100; 8192 on H100-class)"
+        )
+
+    weights_total: int | None
+    try:
+        weights_total = cap.weights_bytes(config)
+    except (InputError, ValueError) as exc:
+        weights_total = None
+        notes.append(f"weights not estimated: {str(exc).removeprefix('config: ')}")
+    weights_worker = (
+        cap.weights_bytes_per_gpu(weights_total, tensor_parallel_size, pipeline_parallel_size)
+        if weights_total is not None else None
+    )
+
+    if kv_cache_memory is not None:
+        kv_bytes = kv_cache_memory * cap.GIB
+    else:
+        util = gpu_memory_utilization
+        if util is None:
+            util = 0.92 if version is not None and version >= (0, 24, 0) else 0.9
+            notes.append(f"gpu_memory_utilization not given: vLLM default {util} assumed")
+        if weights_worker is None:
+            raise click.UsageError("cannot estimate KV memory from --gpu-memory without a weights estimate; give --kv-cache-memory")
+        graphs = int(0.5 * cap.GIB) if version is None or version >= (0, 21, 0) else 0
+        inter = _text(config).get("intermediate_size")
+        non_kv = cap.non_kv_bytes_estimate(
+            shape, weights_worker, max_num_batched_tokens=mnbt, tensor_parallel_size=tensor_parallel_size,
+            intermediate_size=inter if isinstance(inter, int) else None, cuda_graph_bytes=graphs,
+        )
+        kv_bytes = gpu_memory * cap.GIB * util - non_kv
+        notes.append(
+            f"KV memory estimated as {gpu_memory} GiB x {util} - {non_kv / cap.GIB:.2f} GiB non-KV "
+            "(weights share + activation + non-torch" + (" + CUDA graphs" if graphs else "")
+            + "); the startup line 'Available KV cache memory' is authoritative"
+        )
+        if kv_bytes <= 0:
+            notes.append("no memory left for the KV cache: vLLM fails with 'No available memory for the cache blocks'")
+            kv_bytes = 0.0
+
+    try:
+        est = cap.estimate_capacity(
+            shape, kv_bytes, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size, block_size=block_size, max_model_len=max_model_len,
+            max_num_batched_tokens=mnbt, vllm_version=version,
+        )
+    except InputError as exc:
+        raise _relabel(exc, model_config) from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    if tensor_parallel_size > shape.num_kv_heads and shape.attention_kind == "mha_gqa":
+        notes.append(
+            f"tensor_parallel_size {tensor_parallel_size} > {shape.num_kv_heads} KV heads: heads replicated, one per rank"
+        )
+    if weights_total is not None:
+        notes.append(
+            f"weights_bytes is one worker's share of an estimated {weights_total / cap.GIB:.2f} GiB model "
+            "(parameter count x dtype bytes)"
+        )
+    if kv_bytes > 0 and est.num_gpu_blocks == 0:
+        notes.append("KV memory is smaller than one block")
+
+    result = {
+        "kv_bytes_per_token": est.kv_bytes_per_token,
+        "block_size": est.layout.block_size,
+        "block_bytes": est.layout.block_bytes,
+        "num_gpu_blocks": est.num_gpu_blocks,
+        "kv_capacity_tokens": est.kv_capacity_tokens,
+        "max_concurrency": (round(est.max_concurrency, 2) if est.max_concurrency is not None else None),
+        "weights_bytes": weights_worker,
+        "groups": [
+            {"kind": g.kind, "layers": g.layers, "bytes_per_token": g.bytes_per_token} for g in est.layout.groups
+        ],
+        "notes": list(dict.fromkeys(list(est.notes) + notes)),
+    }
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(_render_text(result, max_model_len))
+
+
+def _text(config: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(config)
+    if isinstance(config.get("text_config"), dict):
+        merged.update(config["text_config"])
+    return merged
+
+
+def _render_text(r: dict[str, Any], max_model_len: int | None) -> str:
+    lines = [
+        f"KV bytes per token:   {r['kv_bytes_per_token']:,} B",
+        f"Block size:           {r['block_size']} tokens ({r['block_bytes']:,} B per block)",
+        f"GPU blocks:           {r['num_gpu_blocks']:,}",
+        f"GPU KV cache size:    {r['kv_capacity_tokens']:,} tokens",
+    ]
+    if r["max_concurrency"] is not None:
+        lines.append(f"Maximum concurrency for {max_model_len:,} tokens per request: {r['max_concurrency']:.2f}x")
+    if r["weights_bytes"] is not None:
+        lines.append(f"Weights per worker:   {r['weights_bytes'] / cap.GIB:.2f} GiB (estimate)")
+    lines.append("KV-cache groups:")
+    for g in r["groups"]:
+        lines.append(f"  {g['kind']:<17} {g['layers']:>3} layers  {g['bytes_per_token']:,} B/token")
+    if r["notes"]:
+        lines.append("Notes:")
+        lines.extend(f"  - {n}" for n in r["notes"])
+    return "\n".join(lines)
