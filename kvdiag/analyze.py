@@ -1,0 +1,68 @@
+"""The analysis pipeline: collectors → bundle → derived signals → rules → report. No printing here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .bundle import Bundle
+from .collect.logs import read_logs
+from .collect.metrics import read_metrics_file, scrape
+from .derive import derive
+from .engine.evaluate import evaluate, unexplained_failures, verdict
+from .engine.model import load_rules
+from .errors import InputError
+from .report.model import Report
+
+
+def load_model_config(path: str) -> dict:
+    """Read a Hugging Face ``config.json``.
+
+    Raises:
+        InputError: missing, unreadable, not JSON, or not a JSON object.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path}: no such file, expected a model config.json")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    return data
+
+
+def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: list[str] = (),
+            duration: float = 30.0, interval: float = 5.0, model_config: str | None = None,
+            rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None) -> Report:
+    """Collect every source into one bundle, derive signals, run the rules, and build the report.
+
+    Raises:
+        InputError: an input cannot be read or parsed.
+        ScrapeError: a /metrics URL failed on its first scrape.
+        RuleFileError: a rule file is invalid.
+    """
+    rules = load_rules(rules_dirs)
+    bundle = Bundle()
+    if model_config:
+        bundle.model_config = load_model_config(model_config)
+        bundle.model_config_source = model_config
+    if logs:
+        read_logs(bundle, list(logs), year=year)
+    for path in metrics_files:
+        read_metrics_file(bundle, path)
+    for url in metrics_urls:
+        scrape(bundle, url, duration=duration, interval=interval, progress=progress)
+    derive(bundle)
+    findings = evaluate(rules, bundle)
+    start, end = bundle.window()
+    report = Report(verdict=verdict(findings, unexplained_failures(bundle)), findings=findings, inputs=[i.to_dict() for i in bundle.inputs],
+                    window={"start": start, "end": end})
+    if model_config and bundle.has("kv_bytes_per_token"):
+        bpt = bundle.signal("kv_bytes_per_token")["value"].iloc[-1]
+        report.notes.append(f"model config {model_config}: {bpt:,.0f} bytes of KV per token "
+                            "(2 × layers × kv_heads × head_dim × dtype_bytes; planning estimate)")
+    return report

@@ -1,0 +1,174 @@
+"""Command line: wiring only. Exit codes are mapped in one place, :func:`main`.
+
+0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, unreadable input, unreachable URL, nothing
+evaluable), 130 on Ctrl-C. No traceback unless ``--debug``.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import click
+
+from . import __version__
+from .errors import ExitStatus, KvdiagError
+from .engine.model import load_rules, parse_duration
+
+
+class Duration(click.ParamType):
+    """``500ms``, ``30s``, ``5m``, ``1h`` → seconds (float)."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if seconds <= 0:
+            self.fail(f"{value!r} must be longer than zero", param, ctx)
+        return seconds
+
+
+DURATION = Duration()
+
+
+def _source_options(f):
+    """The sources shared by the judging verbs."""
+    options = [
+        click.option("--log", "logs", multiple=True, metavar="FILE", help="vLLM log file (repeatable; .gz read too)."),
+        click.option("--metrics-file", "metrics_files", multiple=True, metavar="FILE",
+                     help="Saved /metrics page (repeatable)."),
+        click.option("--metrics-url", "metrics_urls", multiple=True, metavar="URL",
+                     help="Live /metrics endpoint to scrape (repeatable)."),
+        click.option("--duration", type=DURATION, default="30s", show_default=True,
+                     help="How long to scrape a --metrics-url."),
+        click.option("--interval", type=DURATION, default="5s", show_default=True, help="Time between scrapes."),
+        click.option("--model-config", type=str, default=None, metavar="FILE",
+                     help="Hugging Face config.json of the served model (capacity arithmetic)."),
+        click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files."),
+        click.option("--year", type=int, default=None, help="Year of log timestamps (vLLM prints none)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="kvdiag")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Diagnose KV-cache and GPU-memory trouble of vLLM servers from /metrics and logs."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+@cli.command()
+@_source_options
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the report here instead of standard output.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, rules_dirs, year, fmt, output,
+            debug):
+    """Diagnose a server from its logs and /metrics; verdict first, evidence under it."""
+    if debug:
+        ctx.obj["debug"] = True
+    if not (logs or metrics_files or metrics_urls):
+        raise click.UsageError("give at least one source: --log, --metrics-file or --metrics-url")
+    from .analyze import analyze as run
+    from .report.render import RENDERERS
+
+    report = run(logs=list(logs), metrics_files=list(metrics_files), metrics_urls=list(metrics_urls),
+                 duration=duration, interval=interval, model_config=model_config, rules_dirs=list(rules_dirs),
+                 year=year)
+    text = RENDERERS[fmt](report)
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise click.FileError(output, exc.strerror) from None
+    else:
+        click.echo(text, nl=False)
+    ctx.exit(report.exit_code)
+
+
+@cli.group()
+def rules() -> None:
+    """List and explain the diagnosis rules."""
+
+
+@rules.command("list")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
+def rules_list(rules_dirs) -> None:
+    """One line per rule: id, class, severity, title."""
+    for r in sorted(load_rules(list(rules_dirs)), key=lambda r: r.id):
+        click.echo(f"{r.id:10} {r.cls:24} {r.severity:9} {r.title}")
+
+
+@rules.command("explain")
+@click.argument("rule_id")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
+def rules_explain(rule_id, rules_dirs) -> None:
+    """Meaning, impact, diagnosis, false positives and remedy of one rule."""
+    found = [r for r in load_rules(list(rules_dirs)) if r.id.lower() == rule_id.lower() or r.name == rule_id]
+    if not found:
+        raise click.BadParameter(f"no rule {rule_id!r}; see 'kvdiag rules list'", param_hint="RULE_ID")
+    r = found[0]
+    click.echo(f"{r.id} {r.name} ({r.cls}, {r.severity})\n{r.title}\n")
+    for key in ("meaning", "impact", "diagnosis", "false_positives", "remedy"):
+        click.echo(key.replace("_", " ").capitalize() + ":")
+        click.echo(textwrap.fill(" ".join(str(r.doc[key]).split()), width=96, initial_indent="  ",
+                                 subsequent_indent="  "))
+    click.echo(f"\nSignals required: {', '.join(' or '.join(g) for g in r.requires) or '-'}")
+    click.echo(f"File: {r.path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI and map every outcome to an exit code (the only place that does)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        rc = cli.main(args=args, prog_name="kvdiag", standalone_mode=False)
+        return rc if isinstance(rc, int) else ExitStatus.OK
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("kvdiag: interrupted", err=True)
+        return ExitStatus.INTERRUPTED
+    except click.ClickException as exc:  # usage errors, bad option values: UNKNOWN, not click's 2
+        if debug:
+            raise
+        exc.show()
+        return ExitStatus.UNKNOWN
+    except KvdiagError as exc:
+        if debug:
+            raise
+        click.echo(f"kvdiag: error: {exc}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("kvdiag: interrupted", err=True)
+        return ExitStatus.INTERRUPTED
+    except BrokenPipeError:
+        return ExitStatus.UNKNOWN
+    except Exception as exc:  # noqa: BLE001 - the promise is: one line, never a traceback without --debug
+        if debug:
+            raise
+        click.echo(f"kvdiag: internal error: {exc.__class__.__name__}: {exc} (run with --debug for the traceback)",
+                   err=True)
+        return ExitStatus.UNKNOWN
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

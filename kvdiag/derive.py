@@ -1,0 +1,141 @@
+"""Derived signals: the maths rules need, computed once from a bundle's raw observations.
+
+Rules only compare signals to thresholds; every formula lives here, with its own unit test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .bundle import Bundle
+from .errors import InputError
+
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "half": 2, "float32": 4, "float": 4,
+                "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1}
+
+
+def increase(values: pd.Series) -> float:
+    """Increase of a counter over its samples, with Prometheus counter-reset semantics.
+
+    A drop between two samples means the process restarted and the counter began again from
+    zero, so the later value counts in full (as PromQL ``increase()`` without extrapolation).
+
+    Args:
+        values: counter samples in time order (any unit).
+
+    Returns:
+        The increase in the counter's unit; NaN with fewer than two samples.
+    """
+    v = values.dropna().to_numpy(dtype=float)
+    if len(v) < 2:
+        return math.nan
+    d = np.diff(v)
+    return float(np.where(d >= 0, d, v[1:]).sum())
+
+
+def seed_kv_bytes_per_token(config: dict, kv_cache_dtype: str = "auto") -> int:
+    """KV bytes per token from a Hugging Face ``config.json``: ``2 × L × H_kv × D × s``.
+
+    The seed formula of the design card (PagedAttention, Kwon et al. 2023; vLLM
+    ``v1/kv_cache_interface.py AttentionSpec.page_size_bytes``): ``L`` = ``num_hidden_layers``,
+    ``H_kv`` = ``num_key_value_heads`` (GQA; defaults to ``num_attention_heads``), ``D`` =
+    ``head_dim`` or ``hidden_size / num_attention_heads``, ``s`` = bytes of the KV dtype
+    (``auto`` = ``torch_dtype``). A planning estimate: no TP split, no MLA or sliding window.
+
+    Raises:
+        InputError: a needed field is missing or not a number.
+    """
+    cfg = config.get("text_config") or config
+    try:
+        layers = int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"model config: missing or invalid field {exc}, expected num_hidden_layers, "
+                         "num_attention_heads, num_key_value_heads, hidden_size/head_dim") from None
+    dtype = kv_cache_dtype if kv_cache_dtype != "auto" else str(cfg.get("torch_dtype") or config.get("torch_dtype")
+                                                                 or "bfloat16")
+    s = _DTYPE_BYTES.get(dtype.replace("torch.", ""), 2)
+    return 2 * layers * kv_heads * head_dim * s
+
+
+def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
+    rows = bundle.signal(name).dropna(subset=["value"])
+    if rows.empty:
+        return None
+    r = rows.iloc[-1]
+    return float(r["value"]), str(r["source"])
+
+
+def _thirds_rate(bundle: Bundle) -> tuple[float, float, str] | None:
+    """Windowed prefix-cache hit rate, first third vs last third of the samples.
+
+    From the counters as Δhits/Δqueries (never cumulative), else from the reported hit-rate gauge
+    (mean per third). Returns ``(early, late, source)`` or ``None`` with fewer than 3 samples.
+    """
+    q = bundle.signal("prefix_cache_queries").sort_values("seq")
+    h = bundle.signal("prefix_cache_hits").sort_values("seq")
+    if len(q) >= 3 and len(q) == len(h):
+        n = len(q)
+        k = max(2, n // 3)
+        dq1, dh1 = increase(q["value"].iloc[:k]), increase(h["value"].iloc[:k])
+        dq2, dh2 = increase(q["value"].iloc[-k:]), increase(h["value"].iloc[-k:])
+        if dq1 > 0 and dq2 > 0:
+            return dh1 / dq1, dh2 / dq2, f"Δprefix_cache_hits/Δprefix_cache_queries from {q['source'].iloc[0]}"
+    g = bundle.signal("prefix_cache_hit_rate").dropna(subset=["value"]).sort_values("seq")
+    if len(g) >= 3:
+        k = max(1, len(g) // 3)
+        return (float(g["value"].iloc[:k].mean()), float(g["value"].iloc[-k:].mean()),
+                f"prefix_cache_hit_rate series {g['source'].iloc[0]} .. {g['source'].iloc[-1]}")
+    return None
+
+
+def derive(bundle: Bundle) -> None:
+    """Add derived facts to ``bundle`` (in place).
+
+    Adds, when their inputs exist:
+
+    * ``kv_capacity_tokens`` = last ``num_gpu_blocks`` (> 0) × last ``block_size`` (tokens);
+    * ``kv_bytes_per_token`` and ``kv_capacity_tokens_from_config`` (= KV memory / bytes per
+      token) when a model config was given;
+    * ``partial_block_waste_bound_tokens`` = max running × (block_size − 1) and its share of the
+      pool, ``partial_block_waste_bound_ratio`` (reference §3.2: each sequence leaves at most
+      ``block_size − 1`` empty slots in its last block);
+    * ``prefix_cache_hit_rate_early`` / ``_late`` / ``_drop`` over the window.
+    """
+    blocks = bundle.signal("num_gpu_blocks")
+    blocks = blocks[blocks["value"] > 0]
+    bs = _last(bundle, "block_size")
+    if not blocks.empty and bs:
+        nb = float(blocks["value"].iloc[-1])
+        bundle.add("kv_capacity_tokens", nb * bs[0],
+                   f"derived: num_gpu_blocks {nb:,.0f} ({blocks['source'].iloc[-1]}) × block_size {bs[0]:.0f} ({bs[1]})")
+    if bundle.model_config is not None:
+        bpt = seed_kv_bytes_per_token(bundle.model_config)
+        bundle.add("kv_bytes_per_token", bpt, f"derived: 2 × layers × kv_heads × head_dim × dtype_bytes "
+                                              f"from {bundle.model_config_source}")
+        kv = _last(bundle, "kv_cache_memory_bytes")
+        if kv and kv[0] > 0:
+            bundle.add("kv_capacity_tokens_from_config", math.floor(kv[0] / bpt),
+                       f"derived: KV memory {kv[0] / 2**30:.2f} GiB ({kv[1]}) / {bpt:,} B per token")
+    pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
+    running = bundle.signal("num_requests_running").dropna(subset=["value"])
+    if bs and not running.empty:
+        idx = running["value"].idxmax()
+        r = float(running.loc[idx, "value"])
+        waste = r * (bs[0] - 1)
+        bundle.add("partial_block_waste_bound_tokens", waste,
+                   f"derived: {r:.0f} running ({running.loc[idx, 'source']}) × (block_size {bs[0]:.0f} − 1)")
+        if pool and pool[0] > 0:
+            bundle.add("partial_block_waste_bound_ratio", waste / pool[0],
+                       f"derived: {waste:,.0f} tokens / pool {pool[0]:,.0f} tokens ({pool[1]})")
+    rates = _thirds_rate(bundle)
+    if rates:
+        early, late, src = rates
+        bundle.add("prefix_cache_hit_rate_early", early, f"derived: first third of window, {src}")
+        bundle.add("prefix_cache_hit_rate_late", late, f"derived: last third of window, {src}")
+        bundle.add("prefix_cache_hit_rate_drop", early - late, f"derived: early − late, {src}")

@@ -1,0 +1,352 @@
+"""Evaluate rules over a bundle → findings → one verdict.
+
+Three-valued logic (Kleene): a condition on a signal with no data is *unknown*; ``all`` is false
+if any child is false, ``any`` is true if any child is true, otherwise unknown propagates. A rule
+whose ``requires`` groups lack data is ``unknown`` with a reason, never silently ``quiet``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import math
+import operator
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..bundle import Bundle
+from ..derive import increase
+from ..signals import SIGNALS
+from .model import Condition, Node, Rule
+
+_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
+        "!=": operator.ne}
+SEVERITY_RANK = {"ok": 0, "warning": 1, "critical": 2}
+
+
+@dataclass
+class Evidence:
+    """One number behind a finding: ``value`` in ``unit``, and where it came from (``source``)."""
+
+    signal: str
+    value: float | str | None
+    unit: str
+    source: str
+    agg: str = "last"
+
+    def to_dict(self) -> dict:
+        v = self.value
+        if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+            v = None
+        return {"signal": self.signal, "value": v, "unit": self.unit, "source": self.source, "agg": self.agg}
+
+
+@dataclass
+class Finding:
+    """The outcome of one rule: ``status`` is ``fires``, ``quiet`` or ``unknown``."""
+
+    rule_id: str
+    cls: str
+    status: str
+    severity: str
+    message: str
+    evidence: list[Evidence] = field(default_factory=list)
+    remedy: list[str] = field(default_factory=list)
+    reason: str = ""
+    title: str = ""
+    priority: int = 50
+    confidence: str = "medium"
+
+    def to_dict(self) -> dict:
+        return {"rule_id": self.rule_id, "class": self.cls, "status": self.status,
+                "severity": self.severity if self.status == "fires" else "ok", "message": self.message,
+                "evidence": [e.to_dict() for e in self.evidence], "remedy": list(self.remedy), "reason": self.reason}
+
+
+@dataclass
+class Verdict:
+    primary: str
+    severity: str
+    confidence: str
+    summary: str
+
+    def to_dict(self) -> dict:
+        return {"primary": self.primary, "severity": self.severity, "confidence": self.confidence,
+                "summary": self.summary}
+
+
+# ---------------------------------------------------------------------------------------------
+def _rows(bundle: Bundle, cond_signal: str, text_in: tuple[str, ...] = ()) -> pd.DataFrame:
+    rows = bundle.signal(cond_signal)
+    if text_in:
+        rows = rows[rows["text"].isin(text_in)]
+    return rows.sort_values("seq")
+
+
+def aggregate(rows: pd.DataFrame, agg: str, kind: str) -> tuple[float, str]:
+    """Aggregate one signal's rows (columns as :meth:`Bundle.frame`). Returns ``(value, source)``.
+
+    ``count`` counts rows (events); ``present`` is 1.0 when any row exists; ``increase`` applies
+    counter-reset semantics; ``rate`` is increase per second over the time span (needs ``t``).
+    Returns NaN when the rows cannot give a value (no rows; fewer than two for ``increase``).
+    """
+    if agg == "count":
+        return float(len(rows)), (rows["source"].iloc[-1] if len(rows) else "")
+    if agg == "present":
+        return (1.0 if len(rows) else 0.0), (rows["source"].iloc[0] if len(rows) else "")
+    vals = rows.dropna(subset=["value"])
+    if vals.empty:
+        return math.nan, ""
+    v = vals["value"]
+    if agg == "last":
+        return float(v.iloc[-1]), vals["source"].iloc[-1]
+    if agg == "first":
+        return float(v.iloc[0]), vals["source"].iloc[0]
+    if agg == "max":
+        i = int(np.argmax(v.to_numpy()))
+        return float(v.iloc[i]), vals["source"].iloc[i]
+    if agg == "min":
+        i = int(np.argmin(v.to_numpy()))
+        return float(v.iloc[i]), vals["source"].iloc[i]
+    if agg == "mean":
+        return float(v.mean()), f"{vals['source'].iloc[0]} .. {vals['source'].iloc[-1]}"
+    if agg == "p95":
+        return float(np.percentile(v.to_numpy(), 95)), f"{vals['source'].iloc[0]} .. {vals['source'].iloc[-1]}"
+    if agg in ("increase", "rate"):
+        inc = increase(v)
+        if math.isnan(inc):
+            return math.nan, ""
+        src = f"{vals['source'].iloc[0]} .. {vals['source'].iloc[-1]}"
+        if agg == "increase":
+            return inc, src
+        ts = vals["t"].dropna()
+        span = float(ts.max() - ts.min()) if len(ts) >= 2 else 0.0
+        return (inc / span if span > 0 else math.nan), src
+    raise ValueError(agg)
+
+
+def _holds_for(rows: pd.DataFrame, cond: Condition) -> bool | None:
+    vals = rows.dropna(subset=["value"])
+    if vals.empty:
+        return None
+    if vals["t"].isna().any():
+        return None  # no timestamps: a duration cannot be judged
+    vals = vals.sort_values(["t", "seq"])
+    ok = _OPS[cond.op](vals["value"].to_numpy(), cond.value)
+    t = vals["t"].to_numpy()
+    start = None
+    for i, good in enumerate(ok):
+        if good:
+            start = t[i] if start is None else start
+            if t[i] - start >= cond.for_seconds:
+                return True
+        else:
+            start = None
+    return False
+
+
+def _eval_cond(bundle: Bundle, cond: Condition, used: dict) -> bool | None:
+    rows = _rows(bundle, cond.signal, cond.text_in)
+    kind = SIGNALS[cond.signal].kind
+    if cond.agg not in ("count", "present") and rows.empty:
+        used[(cond.signal, cond.agg, cond.text_in)] = (math.nan, "")
+        return cond.if_missing
+    if cond.for_seconds:
+        return _holds_for(rows, cond)
+    value, src = aggregate(rows, cond.agg, kind)
+    used[(cond.signal, cond.agg, cond.text_in)] = (value, src)
+    if math.isnan(value):
+        return cond.if_missing
+    return bool(_OPS[cond.op](value, cond.value))
+
+
+def _eval(bundle: Bundle, node: Node, used: dict) -> bool | None:
+    if node.kind == "cond":
+        return _eval_cond(bundle, node.cond, used)
+    results = [_eval(bundle, c, used) for c in node.children]
+    if node.kind == "not":
+        r = results[0]
+        return None if r is None else not r
+    if node.kind == "all":
+        if any(r is False for r in results):
+            return False
+        return None if any(r is None for r in results) else True
+    if any(r is True for r in results):
+        return True
+    return None if any(r is None for r in results) else False
+
+
+def _leaf_signals(node: Node) -> list[str]:
+    if node.kind == "cond":
+        return [node.cond.signal]
+    out: list[str] = []
+    for c in node.children:
+        out += _leaf_signals(c)
+    return out
+
+
+_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z0-9]+))?(?::([^{}]*))?\}")
+
+
+def render(template: str, bundle: Bundle, params: dict, strict: bool = False) -> str | None:
+    """Fill ``{signal.agg:fmt}`` and ``{param}`` fields of a message or remedy template.
+
+    Units follow the format spec: ``%`` for ratios, ``,.0f`` for tokens, ``gib`` (a kvdiag spec)
+    prints bytes as GiB with two decimals. A field without data prints ``n/a``; with
+    ``strict=True`` the whole template is dropped instead (returns ``None``), so a remedy never
+    shows a number kvdiag does not have.
+    """
+    missing = False
+
+    def one(m: re.Match) -> str:
+        nonlocal missing
+        name, agg, spec = m.group(1), m.group(2), m.group(3) or ""
+        if agg is None:
+            if name in params:
+                val = params[name]
+            else:
+                return m.group(0)
+        else:
+            if name not in SIGNALS:
+                return m.group(0)
+            rows = _rows(bundle, name)
+            if agg == "text":
+                texts = [t for t in rows["text"] if t]
+                if not texts:
+                    missing = True
+                    return "n/a"
+                return str(texts[-1])
+            val, _ = aggregate(rows, agg, SIGNALS[name].kind) if (len(rows) or agg in ("count", "present")) \
+                else (math.nan, "")
+            if isinstance(val, float) and math.isnan(val):
+                missing = True
+                return "n/a"
+        if spec == "gib":
+            return f"{float(val) / 2**30:.2f} GiB"
+        try:
+            return format(val, spec)
+        except (ValueError, TypeError):
+            return str(val)
+
+    out = _FIELD.sub(one, template)
+    if strict and missing:
+        return None
+    return out
+
+
+def render_first(alternatives: list[str], bundle: Bundle, params: dict, drop: bool = False) -> str | None:
+    """Render the first alternative whose fields all have data; else the last one with ``n/a``
+    (or ``None`` with ``drop=True``, used for remedies)."""
+    for template in alternatives:
+        out = render(template, bundle, params, strict=True)
+        if out is not None:
+            return out
+    return None if drop else render(alternatives[-1], bundle, params)
+
+
+def evaluate_rule(rule: Rule, bundle: Bundle) -> Finding:
+    """Run one rule over a bundle (rules do no I/O)."""
+    missing_groups = [g for g in rule.requires if not any(bundle.has(s) for s in g)]
+    finding = Finding(rule_id=rule.id, cls=rule.cls, status="unknown", severity=rule.severity, message="",
+                      title=rule.title, priority=rule.priority, confidence=rule.confidence)
+    if missing_groups:
+        names = "; ".join(" or ".join(g) for g in missing_groups)
+        finding.reason = f"missing signal: {names}"
+        finding.message = f"{rule.title}: cannot judge (no {names})"
+        return finding
+    used: dict = {}
+    result = _eval(bundle, rule.when, used)
+    status = {True: "fires", False: "quiet", None: "unknown"}[result]
+    finding.status = status
+    if status == "unknown":
+        lacking = sorted({k[0] for k, (v, _) in used.items() if isinstance(v, float) and math.isnan(v)})
+        finding.reason = "not enough data for: " + (", ".join(lacking) if lacking else "the rule's conditions")
+    finding.message = render_first(rule.quiet if status == "quiet" else rule.message, bundle, rule.params)
+    # evidence: declared items first, then every signal the conditions looked at
+    items: list[tuple[str, str]] = []
+    for item in rule.evidence:
+        sig, _, agg = str(item).partition(".")
+        items.append((sig, agg or "last"))
+    for (sig, agg, _text), _val in used.items():
+        if (sig, agg) not in items:
+            items.append((sig, agg))
+    for sig, agg in items:
+        rows = _rows(bundle, sig)
+        if rows.empty and agg not in ("count",):
+            continue
+        if agg == "count" and rows.empty:
+            continue
+        value, src = aggregate(rows, agg, SIGNALS[sig].kind)
+        if isinstance(value, float) and math.isnan(value):
+            continue
+        unit = SIGNALS[sig].unit
+        if agg == "count":
+            unit = "count"
+            texts = sorted({t for t in rows["text"] if t})
+            if texts:
+                value = float(value)
+                src = src + f" ({', '.join(texts)})"
+        finding.evidence.append(Evidence(sig, value, unit, src, agg))
+    if status == "fires":
+        finding.remedy = [r for r in (render_first(alts, bundle, rule.params, drop=True) for alts in rule.remedy) if r]
+    return finding
+
+
+def evaluate(rules: list[Rule], bundle: Bundle) -> list[Finding]:
+    """All findings, firing first (by severity, then priority), then quiet, then unknown."""
+    findings = [evaluate_rule(r, bundle) for r in rules]
+    order = {"fires": 0, "quiet": 1, "unknown": 2}
+    findings.sort(key=lambda f: (order[f.status], -SEVERITY_RANK[f.severity], -f.priority, f.rule_id))
+    return findings
+
+
+def unexplained_failures(bundle: Bundle) -> list[str]:
+    """Failure events in the bundle (CUDA OOMs, capacity errors, ...) as one-line descriptions with sources.
+
+    Used to refuse a ``healthy`` verdict when the log shows a failure that no rule explains.
+    """
+    out = []
+    for sig, label in (("cuda_oom", "CUDA out of memory"), ("sampler_warmup_oom", "OOM warming up the sampler"),
+                       ("free_memory_below_request", "free GPU memory below the requested budget at start"),
+                       ("kv_capacity_error", "KV-capacity start-up error"),
+                       ("weights_load_failed", "weights failed to load")):
+        rows = bundle.signal(sig)
+        for _, r in rows.iterrows():
+            phase = f" during {r['text']}" if sig == "cuda_oom" and r["text"] else ""
+            out.append(f"{label}{phase} ({r['source']})")
+    return out
+
+
+def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Verdict:
+    """One primary class from the findings.
+
+    * Some rule fires: the firing finding with the highest severity, then priority (more specific
+      rules have higher priority: a start-up failure explains the runtime symptoms after it).
+    * None fires, at least one was judged: ``healthy`` (severity ok).
+    * Nothing could be judged: ``inconclusive``.
+    """
+    fired = [f for f in findings if f.status == "fires"]
+    judged = [f for f in findings if f.status != "unknown"]
+    if fired:
+        top = max(fired, key=lambda f: (SEVERITY_RANK[f.severity], f.priority))
+        others = [f.cls for f in fired if f is not top and f.cls != top.cls]
+        conf = top.confidence
+        summary = top.message
+        if others:
+            summary += f" (also firing: {', '.join(dict.fromkeys(others))})"
+        return Verdict(top.cls, top.severity, conf, summary)
+    if unexplained:
+        more = f" and {len(unexplained) - 1} more" if len(unexplained) > 1 else ""
+        return Verdict("inconclusive", "ok", "low",
+                       f"The input shows a failure no rule explains: {unexplained[0]}{more}. "
+                       "Not judged healthy.")
+    if judged:
+        unknown = len(findings) - len(judged)
+        conf = "high" if unknown == 0 else ("medium" if len(judged) >= unknown else "low")
+        summary = f"No KV-cache or GPU-memory problem found: {len(judged)} rule(s) judged quiet"
+        if unknown:
+            summary += f", {unknown} could not be judged (missing signals)"
+        return Verdict("healthy", "ok", conf, summary + ".")
+    return Verdict("inconclusive", "ok", "low",
+                   "Nothing could be judged: the inputs hold none of the signals the rules need.")

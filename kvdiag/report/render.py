@@ -1,0 +1,82 @@
+"""Renderers: :class:`~kvdiag.report.model.Report` → str. Plain text (fixed width, no colour) and JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+
+from .model import Report
+
+WIDTH = 100
+
+
+def _fmt_value(value, unit: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, str):
+        return value
+    if unit == "ratio":
+        return f"{value:.1%}"
+    if unit == "bytes":
+        return f"{value / 2**30:,.2f} GiB"
+    if unit in ("tokens", "blocks", "requests", "count"):
+        return f"{value:,.0f}" + ("" if unit == "count" else f" {unit}")
+    if unit == "x":
+        return f"{value:.2f}x"
+    return f"{value:,.4g} {unit}"
+
+
+def _wrap(text: str, indent: str) -> list[str]:
+    return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
+
+
+def render_text(report: Report) -> str:
+    """Verdict line first, then the evidence with sources, the fix, and what was ruled out."""
+    v = report.verdict
+    lines = [f"{v.severity.upper()}: {v.primary} (confidence {v.confidence})"]
+    lines += _wrap(v.summary, "  ")
+    fired = [f for f in report.findings if f.status == "fires"]
+    for f in fired:
+        lines.append("")
+        lines.append(f"[{f.severity}] {f.rule_id} {f.cls}: {f.title}")
+        lines += _wrap(f.message, "  ")
+        if f.evidence:
+            lines.append("  Evidence:")
+            for e in f.evidence:
+                agg = "" if e.agg == "last" else f" ({e.agg})"
+                lines += _wrap(f"- {e.signal}{agg} = {_fmt_value(e.value, e.unit)}   <- {e.source}", "    ")
+        if f.remedy:
+            lines.append("  Fix:")
+            for r in f.remedy:
+                lines += _wrap(f"- {r}", "    ")
+    others = [f for f in report.findings if f.status != "fires"]
+    if others:
+        lines.append("")
+        lines.append("Ruled out / not judged:")
+        for f in others:
+            text = f"{f.status:7} {f.rule_id} {f.cls}: " + (f.reason if f.status == "unknown" else f.message)
+            lines += _wrap(text, "  ")
+    lines.append("")
+    lines.append("Inputs:")
+    for i in report.inputs:
+        text = f"{i['kind']} {i['name']}: {i['records']} record(s), {i['observations']} observation(s)"
+        if i.get("skipped"):
+            text += f", {i['skipped']} skipped"
+        if i.get("notes"):
+            text += "; " + "; ".join(i["notes"])
+        lines += _wrap(text, "  ")
+    w = report.window
+    if w.get("start"):
+        lines.append(f"  window: {w['start']} .. {w['end']}")
+    for n in report.notes:
+        lines += _wrap(f"note: {n}", "  ")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: Report) -> str:
+    """One JSON object (schema_version 1), NaN written as null."""
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+RENDERERS = {"text": render_text, "json": render_json}

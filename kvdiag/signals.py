@@ -1,0 +1,207 @@
+"""SIGNALS: the one vocabulary that logs and metrics both feed, and that rules read.
+
+Every observation kvdiag collects is stored under a signal name from this registry, in base units
+(ratios 0–1, tokens, blocks, bytes, seconds, requests). Collectors translate each vLLM version's
+metric names and log wordings into these names; rules never see a vLLM metric name.
+
+Sources are cited as in ``shared/reference/vllm-observability.md`` (§1 metrics, §2 log lines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One named quantity.
+
+    Attributes:
+        name: the signal name rules use (vLLM's / Prometheus's own term where one exists).
+        kind: ``gauge`` (instant value), ``counter`` (monotonic, resets on restart), ``fact``
+            (configuration or start-up figure), ``event`` (something that happened; value is
+            a count or a size, ``text`` carries a category).
+        unit: base unit: ``ratio``, ``tokens``, ``blocks``, ``bytes``, ``requests``,
+            ``tokens/s``, ``seconds``, ``x`` (multiplier), ``count``, ``text``, ``bool``.
+        description: one line.
+        metrics: vLLM metric names (without the ``vllm:`` prefix, without ``_total``) that
+            feed it, with the versions that expose them.
+        logs: log-line ids of the reference (§2) that feed it.
+    """
+
+    name: str
+    kind: str
+    unit: str
+    description: str
+    metrics: tuple[str, ...] = field(default_factory=tuple)
+    logs: tuple[str, ...] = field(default_factory=tuple)
+
+
+_SIGNALS = [
+    # --- KV pool and scheduler state (gauges) -------------------------------------------------
+    Signal("kv_cache_usage", "gauge", "ratio",
+           "share of usable KV blocks pinned by live requests (cached-but-free prefix blocks count as free)",
+           ("kv_cache_usage_perc (V1 0.9+)", "gpu_cache_usage_perc (V0 0.4-0.10, V1 0.7-0.10)"),
+           ("periodic stats line 'GPU KV cache usage: X%' (V0 and V1, all versions)",)),
+    Signal("cpu_cache_usage", "gauge", "ratio", "V0 CPU swap pool usage",
+           ("cpu_cache_usage_perc (V0 0.4-0.7)",), ("V0 stats line 'CPU KV cache usage: X%'",)),
+    Signal("num_requests_running", "gauge", "requests", "requests in the running batch",
+           ("num_requests_running",), ("stats line 'Running: N reqs'",)),
+    Signal("num_requests_waiting", "gauge", "requests", "requests queued, not yet scheduled",
+           ("num_requests_waiting",), ("stats line 'Waiting: N reqs' (V1) / 'Pending: N reqs' (V0)",)),
+    Signal("num_requests_swapped", "gauge", "requests", "V0 sequence groups swapped to CPU (SWAP preemption)",
+           ("num_requests_swapped (V0 0.4-0.7)",), ("V0 stats line 'Swapped: N reqs'",)),
+    Signal("prompt_throughput", "gauge", "tokens/s", "average prompt (prefill) throughput of the last log interval",
+           (), ("stats line 'Avg prompt throughput: X tokens/s'",)),
+    Signal("generation_throughput", "gauge", "tokens/s", "average generation throughput of the last log interval",
+           (), ("stats line 'Avg generation throughput: X tokens/s'",)),
+    # --- counters -------------------------------------------------------------------------------
+    Signal("num_preemptions", "counter", "requests", "cumulative preemptions (recompute or swap)",
+           ("num_preemptions_total (V0 0.4-0.10, V1 0.8+)",),
+           ("V0 WARNING 'Sequence group ... is preempted ... total_num_cumulative_preemption=N' (every 50th)",
+            "V1 0.16+ stats line 'Preemptions: N' (per interval)")),
+    Signal("prefix_cache_queries", "counter", "tokens", "prefix-cache lookups (tokens; blocks in V1 0.7-0.8)",
+           ("prefix_cache_queries_total (0.9+)", "gpu_prefix_cache_queries_total (V1 0.7-0.10)")),
+    Signal("prefix_cache_hits", "counter", "tokens", "prefix-cache hits (tokens; blocks in V1 0.7-0.8)",
+           ("prefix_cache_hits_total (0.9+)", "gpu_prefix_cache_hits_total (V1 0.7-0.10)")),
+    Signal("prefix_cache_hit_rate", "gauge", "ratio",
+           "prefix-cache hit rate as reported (V0 gauge: cumulative since start; V1 log: last 1000 requests)",
+           ("gpu_prefix_cache_hit_rate (V0 0.5-0.7; -1 = disabled)",), ("stats line 'Prefix cache hit rate: X%'",)),
+    Signal("prompt_tokens", "counter", "tokens", "prompt tokens processed", ("prompt_tokens_total",)),
+    Signal("generation_tokens", "counter", "tokens", "generation tokens processed", ("generation_tokens_total",)),
+    # --- pool facts -----------------------------------------------------------------------------
+    Signal("num_gpu_blocks", "fact", "blocks", "KV blocks in the GPU pool",
+           ("cache_config_info{num_gpu_blocks} (sum over DP engines)",),
+           ("K1/K2/K3 '# GPU blocks: N'", "K11 'num_gpu_blocks is: N'")),
+    Signal("num_cpu_blocks", "fact", "blocks", "V0 CPU swap blocks", ("cache_config_info{num_cpu_blocks}",),
+           ("K1/K2 '# CPU blocks: N'",)),
+    Signal("block_size", "fact", "tokens", "tokens per KV block", ("cache_config_info{block_size}",),
+           ("K10 'Setting attention block size to N tokens'", "engine args block_size=N")),
+    Signal("gpu_memory_utilization", "fact", "ratio", "share of GPU memory vLLM may use",
+           ("cache_config_info{gpu_memory_utilization}",), ("M1/M2 profiling lines", "engine args")),
+    Signal("cache_dtype", "fact", "text", "KV cache dtype", ("cache_config_info{cache_dtype}",), ("engine args",)),
+    Signal("enable_prefix_caching", "fact", "bool", "prefix caching on", ("cache_config_info{enable_prefix_caching}",),
+           ("engine args",)),
+    Signal("max_model_len", "fact", "tokens", "longest context one request may have", (),
+           ("K5 'Maximum concurrency for N tokens per request'", "E2 errors", "engine args")),
+    Signal("kv_cache_size_tokens", "fact", "tokens", "token capacity vLLM printed ('GPU KV cache size: N tokens')",
+           ("cache_config_info{kv_cache_size_tokens} (0.24+)",), ("K4/K6",)),
+    Signal("max_concurrency", "fact", "x", "how many max_model_len requests fit, as vLLM printed",
+           ("cache_config_info{kv_cache_max_concurrency} (0.24+)",), ("K5/K6",)),
+    Signal("kv_capacity_tokens", "fact", "tokens", "physical pool in tokens: num_gpu_blocks × block_size (derived)"),
+    Signal("kv_bytes_per_token", "fact", "bytes",
+           "KV bytes per token from the model config: 2 × layers × kv_heads × head_dim × dtype_bytes (derived)"),
+    Signal("kv_capacity_tokens_from_config", "fact", "tokens",
+           "KV memory / kv_bytes_per_token: the pool the model config implies (derived, planning estimate)"),
+    Signal("partial_block_waste_bound_ratio", "fact", "ratio",
+           "upper bound of tokens lost in partly filled last blocks: max running × (block_size − 1) / pool (derived)"),
+    Signal("partial_block_waste_bound_tokens", "fact", "tokens",
+           "max running × (block_size − 1): most token slots partly filled last blocks can hold (derived)"),
+    Signal("prefix_cache_hit_rate_early", "fact", "ratio",
+           "prefix-cache hit rate over the first third of the window, Δhits/Δqueries or mean of the gauge (derived)"),
+    Signal("prefix_cache_hit_rate_late", "fact", "ratio",
+           "prefix-cache hit rate over the last third of the window (derived)"),
+    Signal("prefix_cache_hit_rate_drop", "fact", "ratio", "early − late prefix-cache hit rate (derived)"),
+    # --- memory accounting facts (start-up) -----------------------------------------------------
+    Signal("weights_bytes", "fact", "bytes", "memory the model weights took",
+           (), ("W1 'Loading model weights took X GB'", "W2/W3 'Model loading took X GiB'", "M2", "M6")),
+    Signal("gpu_total_bytes", "fact", "bytes", "total memory of the GPU",
+           (), ("M1/M2 total_gpu_memory", "M6", "CUDA OOM 'total capacity of X'")),
+    Signal("gpu_budget_bytes", "fact", "bytes", "total × gpu_memory_utilization", (), ("M2", "M6")),
+    Signal("activation_peak_bytes", "fact", "bytes", "activation peak of the profiling run",
+           (), ("M1 peak_torch_memory (includes weights)", "M2", "M6")),
+    Signal("non_torch_bytes", "fact", "bytes", "non-torch memory (CUDA context, NCCL, ...)", (), ("M1", "M2", "M6")),
+    Signal("kv_cache_memory_bytes", "fact", "bytes", "memory given to the KV cache",
+           ("cache_config_info{kv_cache_memory_bytes}",), ("M1 kv_cache_size", "M2", "M3", "M7")),
+    Signal("cudagraph_bytes", "fact", "bytes", "CUDA-graph memory", (), ("K12", "M6", "M9")),
+    Signal("cudagraph_estimate_bytes", "fact", "bytes", "CUDA-graph memory estimated before sizing the pool (0.21+)",
+           (), ("M9 'Estimated CUDA graph memory: X GiB total'",)),
+    Signal("gpu_free_at_startup_bytes", "fact", "bytes", "free GPU memory when the worker started", (), ("M6", "E4")),
+    Signal("vllm_version", "fact", "text", "vLLM version", (), ("banner / 'vLLM API server version' / engine config",)),
+    Signal("tensor_parallel_size", "fact", "count", "tensor parallel size", (), ("engine args",)),
+    Signal("max_num_seqs", "fact", "requests", "scheduler max_num_seqs", (), ("engine args", "Mamba blocks error")),
+    Signal("mamba_cache_blocks", "fact", "blocks", "Mamba / linear-attention state blocks (one per running sequence)",
+           (), ("'max_num_seqs (S) exceeds available Mamba cache blocks (B)' (2026)",)),
+    # --- events (log only) ----------------------------------------------------------------------
+    Signal("kv_capacity_error", "event", "count",
+           "start-up refused: KV pool smaller than one request or no memory for it; text = which check",
+           (), ("E1", "E2a", "E2b", "E2c", "E2d", "E3", "Mamba blocks ValueError (2026)")),
+    Signal("cuda_oom", "event", "bytes",
+           "CUDA out of memory; value = bytes it tried to allocate, text = phase (load, profile, kv_alloc, "
+           "cudagraph, sampler, runtime, unknown)", (), ("PyTorch OOM text §2.7", "traceback frames")),
+    Signal("oom_torch_allocated_bytes", "event", "bytes", "memory allocated by PyTorch at the OOM", (), ("§2.7",)),
+    Signal("oom_free_bytes", "event", "bytes", "free GPU memory at the OOM", (), ("§2.7",)),
+    Signal("oom_process_in_use_bytes", "event", "bytes", "memory in use by the failing process at the OOM",
+           (), ("§2.7",)),
+    Signal("weights_load_failed", "event", "count", "vLLM said the weights do not fit (W4, 0.16+)", (), ("W4",)),
+    Signal("free_memory_below_request", "event", "count",
+           "free GPU memory at start below total × utilization: another process holds memory", (), ("E4",)),
+    Signal("sampler_warmup_oom", "event", "count", "OOM warming up the sampler after KV allocation", (), ("E6",)),
+    Signal("preemption_warning", "event", "count", "V0 preemption WARNING (logged every 50th); text = mode",
+           (), ("§2.6",)),
+    Signal("startup_segments", "event", "count", "start-up blocks seen in a log (weights loaded / engine init)"),
+]
+
+SIGNALS: dict[str, Signal] = {s.name: s for s in _SIGNALS}
+
+
+def unit_of(name: str) -> str:
+    """Unit of a signal; raises ``KeyError`` for a name not in :data:`SIGNALS`."""
+    return SIGNALS[name].unit
+
+
+# ---------------------------------------------------------------------------------------------
+# Metric names on /metrics → signals. Keys are the metric family name after removing the
+# ``vllm:`` / ``vllm_`` / ``ray_vllm:`` prefix and a trailing ``_total`` (counters are exposed as
+# ``<name>_total``, §1.0). Order matters only for documentation.
+METRIC_TO_SIGNAL: dict[str, str] = {
+    "kv_cache_usage_perc": "kv_cache_usage",          # V1 0.9+
+    "gpu_cache_usage_perc": "kv_cache_usage",         # V0, V1 0.7-0.10 (same value)
+    "cpu_cache_usage_perc": "cpu_cache_usage",
+    "num_requests_running": "num_requests_running",
+    "num_requests_waiting": "num_requests_waiting",
+    "num_requests_swapped": "num_requests_swapped",
+    "num_preemptions": "num_preemptions",
+    "prefix_cache_queries": "prefix_cache_queries",   # 0.9+ (tokens)
+    "prefix_cache_hits": "prefix_cache_hits",
+    "gpu_prefix_cache_queries": "prefix_cache_queries",  # V1 0.7-0.10 (blocks in 0.7-0.8)
+    "gpu_prefix_cache_hits": "prefix_cache_hits",
+    "gpu_prefix_cache_hit_rate": "prefix_cache_hit_rate",  # V0 0.5-0.7, cumulative, -1 = off
+    "prompt_tokens": "prompt_tokens",
+    "generation_tokens": "generation_tokens",
+}
+
+# cache_config_info labels → (signal, parser). Label values are Python str() of the field (§1.0).
+CACHE_CONFIG_LABELS: dict[str, str] = {
+    "num_gpu_blocks": "num_gpu_blocks",
+    "num_cpu_blocks": "num_cpu_blocks",
+    "block_size": "block_size",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "cache_dtype": "cache_dtype",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "kv_cache_size_tokens": "kv_cache_size_tokens",
+    "kv_cache_max_concurrency": "max_concurrency",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+}
+
+VLLM_PREFIXES = ("ray_vllm:", "vllm:", "vllm_")
+
+
+def metric_signal(family: str) -> str | None:
+    """Map a /metrics family or sample name to a signal name, or ``None`` when kvdiag ignores it.
+
+    Accepts the ``vllm:`` spelling, the ``vllm_`` spelling a Prometheus 2.x server stores, and the
+    ``ray_vllm:`` prefix of Ray Serve; drops ``_total``; ignores ``*_created`` (§1.0).
+    """
+    name = family
+    for prefix in VLLM_PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    else:
+        return None
+    if name.endswith("_created"):
+        return None
+    if name.endswith("_total"):
+        name = name[: -len("_total")]
+    return METRIC_TO_SIGNAL.get(name)
