@@ -94,6 +94,31 @@ def _thirds_rate(bundle: Bundle) -> tuple[float, float, str] | None:
     return None
 
 
+def _block_overhead(bundle: Bundle) -> None:
+    """``block_overhead_ratio`` = usage − context_tokens / pool tokens, for each stated running set.
+
+    Block occupancy is what the usage gauge measures; token occupancy is the running set's tokens over
+    the pool's tokens. The gap is held by live requests without holding tokens: partly filled last
+    blocks, or one page per KV-cache group per request when pages are huge (hybrid models). Pairs each
+    ``context_tokens`` observation with the nearest usage at or after it and the pool size before it.
+    """
+    ctx = bundle.signal("context_tokens").dropna(subset=["value"])
+    if ctx.empty:
+        return
+    df = bundle.frame()
+    for _, row in ctx.iterrows():
+        usage = df[(df["signal"] == "kv_cache_usage") & (df["seq"] >= row["seq"])].head(1)
+        pool = df[(df["signal"].isin(["kv_cache_size_tokens", "kv_capacity_tokens"])) & (df["seq"] < row["seq"])
+                  & (df["value"] > 0)].tail(1)
+        if usage.empty or pool.empty:
+            continue
+        u, p = float(usage["value"].iloc[0]), float(pool["value"].iloc[0])
+        tok = float(row["value"]) / p
+        bundle.add("block_overhead_ratio", u - tok,
+                   f"derived: usage {u:.1%} ({usage['source'].iloc[0]}) − {row['value']:,.0f} tokens "
+                   f"({row['source']}) / pool {p:,.0f} tokens ({pool['source'].iloc[0]}) = {tok:.1%}")
+
+
 def derive(bundle: Bundle) -> None:
     """Add derived facts to ``bundle`` (in place).
 
@@ -133,6 +158,7 @@ def derive(bundle: Bundle) -> None:
         if pool and pool[0] > 0:
             bundle.add("partial_block_waste_bound_ratio", waste / pool[0],
                        f"derived: {waste:,.0f} tokens / pool {pool[0]:,.0f} tokens ({pool[1]})")
+    _block_overhead(bundle)
     rates = _thirds_rate(bundle)
     if rates:
         early, late, src = rates

@@ -536,6 +536,30 @@ def _max_len(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("max_model_len", float(m.group(1)), line)
 
 
+def _measure_usage(c: LogCollector, m: re.Match, line: Line) -> None:
+    """A reported measurement 'GPU KV cache usage 44.6% (~297 of 665 blocks)' (usage with the blocks behind it)."""
+    c._add("kv_cache_usage", float(m.group(1)) / 100.0, line)
+    c._add("num_blocks_used", float(m.group(2)), line)
+    c._add("num_gpu_blocks", float(m.group(3)), line)
+
+
+def _measure_pool(c: LogCollector, m: re.Match, line: Line) -> None:
+    """A reported measurement 'pool: 1,096,153 tokens ... / 665 GPU blocks'."""
+    c._add("kv_cache_size_tokens", float(m.group(1).replace(",", "")), line)
+    if m.group(2):
+        c._add("num_gpu_blocks", float(m.group(2).replace(",", "")), line)
+
+
+def _measure_request(c: LogCollector, m: re.Match, line: Line) -> None:
+    """A reported measurement 'one ~36k-token request: ...' / '3 ~8k-token requests: ...' (running set and its
+    tokens)."""
+    words = {"one": 1, "two": 2, "three": 3, "four": 4, "a": 1, "single": 1}
+    n = words.get(m.group(1).lower()) or int(m.group(1))
+    per = float(m.group(2).replace(",", "")) * (1000 if m.group(3) else 1)
+    c._add("num_requests_running", n, line)
+    c._add("context_tokens", n * per, line)
+
+
 _SZ = r"([\d.]+) (GiB|MiB|KiB|bytes|GB|MB)"
 
 EVENTS: list[tuple[str, re.Pattern, Callable]] = [
@@ -582,6 +606,11 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
                            r"█\s+version\s+)(\d+\.\d+[\w.+-]*)"), _version),
     ("args", re.compile(r"args: Namespace\(|with config: |non-default args: |max_parallel_loading_workers="), _args),
     ("max_len", re.compile(r"Using max model len (\d+)"), _max_len),
+    # measurements an operator reported next to the log (incident write-ups), not vLLM lines
+    ("measure_pool", re.compile(r"\bpool: ([\d,]+) tokens\b(?:.*?/ ([\d,]+) GPU blocks)?"), _measure_pool),
+    ("measure_request", re.compile(r"\b(one|two|three|four|single|a|\d+) ~?([\d,.]+)(k?)-token requests?\b", re.I),
+     _measure_request),
+    ("measure_usage", re.compile(r"KV cache usage:? ([\d.]+)% \(~?(\d+) of (\d+) blocks\)"), _measure_usage),
 ]
 
 

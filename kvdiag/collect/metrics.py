@@ -71,7 +71,8 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None) -> in
                 continue
             ts = float(s.timestamp) if s.timestamp is not None else t
             if name.endswith("cache_config_info") or fam.name.endswith("cache_config"):
-                _cache_config(bundle, s.labels, f"metric:{name}{_fmt_labels(s.labels)}", ts)
+                _cache_config(bundle, s.labels, f"metric:{name}" + (f"@{iso(ts)}" if ts is not None else f" in {origin}"),
+                              ts)
                 continue
             signal = metric_signal(name)
             if signal is None or math.isnan(s.value):
@@ -79,7 +80,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None) -> in
             value = float(s.value)
             if signal == "prefix_cache_hit_rate" and value < 0:
                 continue  # V0: -1 means prefix caching is off
-            at = f"@{iso(ts)}" if ts is not None else ""
+            at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
             src = f"metric:{name}{_fmt_labels(s.labels)}{at}"
             if signal in combined:
                 old_v, old_src, _ = combined[signal]

@@ -1,0 +1,5 @@
+"""``python -m kvdiag``: the same as the ``kvdiag`` command."""
+
+from .cli import entry
+
+entry()
