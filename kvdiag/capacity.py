@@ -153,7 +153,7 @@ class ModelShape:
         return len(kinds) > 1
 
     def state_dim(self, name: str) -> int:
-        """One of ``state_dims`` by name; KeyError when absent."""
+        """One of ``state_dims`` by name (elements); raises KeyError when absent."""
         return dict(self.state_dims)[name]
 
 
@@ -479,7 +479,17 @@ def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
     """KV heads held by one tensor-parallel rank: ``max(1, kv_heads // tp)``.
 
     When ``tp > num_kv_heads`` heads are replicated, so a rank never holds less than one
-    (``config/model.py get_num_kv_heads``; reference §3.1).
+    (``config/model.py get_num_kv_heads`` @ v0.11.0; reference §3.1).
+
+    Args:
+        num_kv_heads: KV heads of the whole model.
+        tensor_parallel_size: TP size.
+
+    Returns:
+        Heads per rank.
+
+    Raises:
+        ValueError: ``tensor_parallel_size`` not positive.
     """
     _check_positive(tensor_parallel_size=tensor_parallel_size)
     return max(1, num_kv_heads // tensor_parallel_size)
@@ -883,7 +893,14 @@ def _stage_layout(
 def block_bytes(layout: KVCacheLayout) -> int:
     """Bytes one pool block takes on one worker: ``page_bytes × group_size``.
 
-    Source: ``v1/core/kv_cache_utils.py`` (``available_memory // page_size // group_size``).
+    Source: ``v1/core/kv_cache_utils.py`` @ v0.11.0 (``available_memory // page_size //
+    group_size``); for uniform models equal to V0's ``get_cache_block_size``.
+
+    Args:
+        layout: from :func:`kv_cache_layout`.
+
+    Returns:
+        Bytes per block.
     """
     return layout.block_bytes
 
@@ -921,7 +938,14 @@ def parse_vllm_version(text: str | None) -> tuple[int, int, int] | None:
     """``(major, minor, patch)`` from a vLLM version string, None when absent.
 
     Accepts ``"0.10.1.1"``, ``"v0.11.0"``, ``"0.13.0+faa43dbf.nv26.01"``,
-    ``"0.11.0rc2.dev98+g393de22d2"`` and free text containing such a version.
+    ``"0.11.0rc2.dev98+g393de22d2"`` and free text containing such a version (the first
+    ``X.Y[.Z]`` wins). Version semantics: reference "How this was verified".
+
+    Args:
+        text: version string, or None.
+
+    Returns:
+        The version tuple, or None for None.
 
     Raises:
         ValueError: the text holds no ``X.Y`` version.
@@ -939,7 +963,19 @@ def _version(v: str | tuple[int, int, int] | None) -> tuple[int, int, int] | Non
 
 
 def uses_v0_engine(vllm_version: str | tuple[int, int, int] | None) -> bool:
-    """True for versions whose default engine is V0 (< 0.8; reference "How this was verified")."""
+    """Whether that vLLM version runs the V0 engine by default (< 0.8).
+
+    Source: reference "How this was verified" (``VLLM_USE_V1`` defaults to 1 from 0.8).
+
+    Args:
+        vllm_version: version string or tuple; None = unknown.
+
+    Returns:
+        True for V0, False for V1 or unknown.
+
+    Raises:
+        ValueError: unparseable version string.
+    """
     v = _version(vllm_version)
     return v is not None and v < (0, 8, 0)
 
@@ -958,7 +994,18 @@ state pages per request). Absent at 0.13.0 (R35 reproduces with one page), seen 
 def default_mamba_cache_mode(vllm_version: str | tuple[int, int, int] | None, prefix_caching: bool = True) -> str:
     """``"align"`` or ``"none"``: how many state pages vLLM keeps per request by default.
 
-    See :data:`MAMBA_ALIGN_DEFAULT_FROM`. Unknown version → ``"none"``.
+    See :data:`MAMBA_ALIGN_DEFAULT_FROM` (``config/cache.py`` / ``MambaSpec`` in
+    ``v1/kv_cache_interface.py``: ``align`` keeps 2 pages per request, ``none`` 1).
+
+    Args:
+        vllm_version: version string or tuple; None → ``"none"``.
+        prefix_caching: prefix caching on (V1 default).
+
+    Returns:
+        The mode name.
+
+    Raises:
+        ValueError: unparseable version string.
     """
     v = _version(vllm_version)
     if prefix_caching and v is not None and v >= MAMBA_ALIGN_DEFAULT_FROM:
@@ -978,7 +1025,18 @@ def group_blocks_per_request(
     Full attention ``ceil(max_model_len / B)``; sliding window
     ``ceil(min(W − 1 + max_num_batched_tokens, max_model_len) / B) + 1``; state groups 1 page
     (``"none"``), 2 (``"align"``) or ``ceil(max_model_len / B)`` (``"all"``).
-    Source: ``max_memory_usage_bytes`` of the specs in ``v1/kv_cache_interface.py``.
+    Source: ``max_memory_usage_bytes`` of the specs in ``v1/kv_cache_interface.py``
+    (@ v0.11.0; the ``align`` / ``all`` modes @ v0.24.0).
+
+    Args:
+        group: one KV-cache group.
+        block_size: effective block size, tokens.
+        max_model_len: tokens of the request.
+        max_num_batched_tokens: scheduler token budget (sliding windows).
+        mamba_cache_mode: ``none``/``align``/``all``.
+
+    Returns:
+        Blocks.
 
     Raises:
         ValueError: unknown ``mamba_cache_mode`` or non-positive lengths.
@@ -1008,6 +1066,18 @@ def blocks_per_request(
 
     Source: ``get_max_concurrency_for_kv_cache_config`` in ``v1/core/kv_cache_utils.py``
     (0.9–0.20): per-request worst-case bytes ÷ (page × group_size), which is this sum.
+
+    Args:
+        layout: from :func:`kv_cache_layout`.
+        max_model_len: tokens per request.
+        max_num_batched_tokens: scheduler token budget (sliding windows).
+        mamba_cache_mode: ``none``/``align``/``all``.
+
+    Returns:
+        Blocks per request.
+
+    Raises:
+        ValueError: as :func:`group_blocks_per_request`.
     """
     return sum(
         group_blocks_per_request(g, layout.block_size, max_model_len, max_num_batched_tokens, mamba_cache_mode)
@@ -1099,7 +1169,15 @@ def pool_token_slots(num_gpu_blocks: int, layout: KVCacheLayout) -> int:
     """Token slots of one layer tensor of the pool: ``num_blocks × block_size``.
 
     Every layer of a group writes one slot per cached token; groups share the blocks, so this
-    is an upper bound on the tokens any single group can hold.
+    is an upper bound on the tokens any single group can hold (``KVCacheTensor`` sizes in
+    ``v1/core/kv_cache_utils.py`` @ v0.11.0). For one-group models it equals the printed line.
+
+    Args:
+        num_gpu_blocks: pool blocks of one worker.
+        layout: from :func:`kv_cache_layout`.
+
+    Returns:
+        Tokens.
     """
     return num_gpu_blocks * layout.block_size
 
@@ -1110,7 +1188,19 @@ def capacity_notes(
     printed_tokens: int,
     vllm_version: str | tuple[int, int, int] | None = None,
 ) -> list[str]:
-    """Human notes on what the printed token line means for this layout and version."""
+    """Human notes on what the printed token line means for this layout and version.
+
+    Source: the K4/K6 rows of reference §2.3 and :func:`kv_capacity_tokens`.
+
+    Args:
+        num_gpu_blocks: pool blocks of one worker.
+        layout: from :func:`kv_cache_layout`.
+        printed_tokens: the "GPU KV cache size" tokens.
+        vllm_version: version string or tuple; None = unknown.
+
+    Returns:
+        Notes (one line each; empty for a one-group model of a known version).
+    """
     notes: list[str] = []
     v = _version(vllm_version)
     if layout.num_groups > 1:
@@ -1280,10 +1370,23 @@ def kv_memory_needed(
 
     Per request: the sum over real layers of each spec's worst case (what vLLM compares with
     the available memory before "To serve at least one request ... KV cache is needed", E2c/d;
-    ``check_enough_kv_cache_memory`` in ``v1/core/kv_cache_utils.py``), times ``num_seqs``.
+    ``check_enough_kv_cache_memory`` in ``v1/core/kv_cache_utils.py`` @ v0.11.0), times
+    ``num_seqs``. Padding layers are not counted (vLLM sums real layers here).
+
+    Args:
+        shape: from :func:`model_shape`.
+        max_model_len: tokens per request.
+        num_seqs: concurrent requests.
+        kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, block_size: as
+            :func:`kv_cache_layout`.
+        max_num_batched_tokens, mamba_cache_mode: as :func:`group_blocks_per_request`.
+
+    Returns:
+        Bytes.
 
     Raises:
-        InputError / ValueError: as :func:`kv_cache_layout`.
+        InputError: as :func:`kv_cache_layout`.
+        ValueError: bad dtype / sizes.
     """
     layout = kv_cache_layout(shape, kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, block_size)
     per_req = sum(
@@ -1376,10 +1479,23 @@ def max_num_seqs_for(
 
     ``floor(num_blocks / blocks_per_request)`` (the integer part of vLLM's "Maximum
     concurrency", V1). Requests shorter than ``max_model_len`` need fewer blocks, so this is
-    the no-preemption worst case, not a throughput optimum.
+    the no-preemption worst case, not a throughput optimum. Source:
+    ``get_max_concurrency_for_kv_cache_config`` in ``v1/core/kv_cache_utils.py`` @ v0.11.0.
+
+    Args:
+        shape: from :func:`model_shape`.
+        kv_memory_bytes: KV budget of one worker, bytes.
+        max_model_len: tokens per request.
+        kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, block_size: as
+            :func:`kv_cache_layout`.
+        max_num_batched_tokens, mamba_cache_mode: as :func:`group_blocks_per_request`.
 
     Returns:
         Sequences (0 when not even one fits).
+
+    Raises:
+        InputError: as :func:`kv_cache_layout`.
+        ValueError: bad dtype / sizes.
     """
     layout = kv_cache_layout(shape, kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, block_size)
     blocks = num_gpu_blocks_from_kv_memory(kv_memory_bytes, layout.block_bytes)
@@ -1392,6 +1508,16 @@ def fp8_kv_gain(shape: ModelShape, current_kv_cache_dtype: str = "auto") -> floa
     Ratio of per-token attention bytes now vs. fp8 (2.0 from bf16/fp16, 1.0 when already
     fp8). Hybrid models gain less in blocks because the Mamba state (model dtype) does not
     shrink and forces a larger attention block. Source: reference §3.1 ("fp8 halves s").
+
+    Args:
+        shape: from :func:`model_shape`.
+        current_kv_cache_dtype: the ``--kv-cache-dtype`` in use.
+
+    Returns:
+        Capacity ratio fp8 / current (tokens).
+
+    Raises:
+        ValueError: unknown ``current_kv_cache_dtype``.
     """
     now = attention_bytes_per_token_per_layer(shape, current_kv_cache_dtype)
     fp8 = attention_bytes_per_token_per_layer(shape, "fp8")
@@ -1410,10 +1536,21 @@ def tensor_parallel_kv_gain(
 
     Two effects: fewer KV heads per rank (``max(1, heads // tp)``; MLA latents do not shrink)
     and, when ``kv_memory_bytes`` and ``weights_total_bytes`` are given, the weight memory freed
-    per GPU (``weights/current_tp − weights/new_tp``) that goes to the KV cache.
+    per GPU (``weights/current_tp − weights/new_tp``) that goes to the KV cache. Source:
+    reference §3.1 (``H_kv = max(1, kv_heads // TP)``); activation changes are ignored.
+
+    Args:
+        shape: from :func:`model_shape`.
+        current_tp: TP size now.
+        new_tp: proposed TP size.
+        kv_memory_bytes: KV budget per worker now, bytes (optional).
+        weights_total_bytes: whole-model weights, bytes (optional, with the previous).
 
     Returns:
         Capacity ratio new / current (per worker, tokens).
+
+    Raises:
+        ValueError: non-positive TP sizes.
     """
     before = attention_bytes_per_token_per_layer(shape, "auto", current_tp)
     after = attention_bytes_per_token_per_layer(shape, "auto", new_tp)
@@ -1429,6 +1566,17 @@ def partial_block_waste_bytes(block_size: int, num_seqs: int, bytes_per_token: i
 
     Each request wastes 0 … B−1 token slots in its last block (≈ (B−1)/2 on average) in every
     layer (reference §3.2, class-2 waste); ``bytes_per_token`` covers the layers.
+
+    Args:
+        block_size: tokens per block.
+        num_seqs: running requests.
+        bytes_per_token: KV bytes per token (e.g. :func:`kv_bytes_per_token`).
+
+    Returns:
+        Expected wasted bytes (float).
+
+    Raises:
+        ValueError: ``block_size`` not positive.
     """
     _check_positive(block_size=block_size)
     return num_seqs * (block_size - 1) / 2 * bytes_per_token
@@ -1438,7 +1586,20 @@ def block_size_waste_saved(from_block_size: int, to_block_size: int, num_seqs: i
     """Bytes of partial-block waste saved by going from one block size to a smaller one.
 
     ``partial_block_waste_bytes(from) − partial_block_waste_bytes(to)``; negative when the new
-    block is larger. Hybrid models cannot go below the state-aligned block size.
+    block is larger. Hybrid models cannot go below the state-aligned block size (K10).
+    Source: reference §3.2 (partial-block waste).
+
+    Args:
+        from_block_size: block size now, tokens.
+        to_block_size: proposed block size, tokens.
+        num_seqs: running requests.
+        bytes_per_token: KV bytes per token.
+
+    Returns:
+        Bytes saved (float, expected value).
+
+    Raises:
+        ValueError: a block size not positive.
     """
     return partial_block_waste_bytes(from_block_size, num_seqs, bytes_per_token) - partial_block_waste_bytes(
         to_block_size, num_seqs, bytes_per_token
@@ -1621,7 +1782,19 @@ def weights_bytes_per_gpu(total_weights_bytes: int, tensor_parallel_size: int = 
     """One worker's share of the weights, bytes: ``total / (tp × pp)`` (estimate).
 
     vLLM shards linear layers and the vocabulary by TP and layers by PP; norms and some small
-    tensors are replicated, so the real share is slightly larger.
+    tensors are replicated, so the real share is slightly larger (estimate; compare with the
+    "Model loading took X GiB" line, reference §2.2 W2/W3).
+
+    Args:
+        total_weights_bytes: whole-model weights, bytes (:func:`weights_bytes`).
+        tensor_parallel_size: TP size.
+        pipeline_parallel_size: PP size.
+
+    Returns:
+        Bytes per worker.
+
+    Raises:
+        ValueError: non-positive parallel sizes.
     """
     _check_positive(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
     return math.ceil(total_weights_bytes / (tensor_parallel_size * pipeline_parallel_size))
@@ -1644,7 +1817,19 @@ def non_kv_bytes_estimate(
 
     Activation peak ≈ ``max_num_batched_tokens × (4 × hidden + 2 × intermediate / tp) × 2``
     bytes plus sampler logits ``256 × vocab × 4`` bytes; non-torch 0.5 GiB. An estimate only:
-    the startup log's "Available KV cache memory" is authoritative (reference §2.2 M3/M6).
+    the startup log's "Available KV cache memory" is authoritative (reference §2.2 M3/M6,
+    §3.2 for the budget formula).
+
+    Args:
+        shape: from :func:`model_shape`.
+        weights_per_gpu_bytes: weights of one worker, bytes.
+        max_num_batched_tokens: scheduler token budget (profile run size).
+        tensor_parallel_size: TP size.
+        intermediate_size: MLP width (default 4 × hidden).
+        cuda_graph_bytes: CUDA-graph reservation, bytes (0.21+ budgets it).
+
+    Returns:
+        Bytes.
     """
     hidden = shape.hidden_size or 4096
     inter = intermediate_size or 4 * hidden

@@ -569,3 +569,10 @@ def test_property_blocks_fit_memory(mem, layers, block):
     n = cap.num_gpu_blocks_from_kv_memory(mem, layout.block_bytes)
     assert n * layout.block_bytes <= mem < (n + 1) * layout.block_bytes
     assert layout.block_bytes == 2 * layers * 8 * 128 * 2 * block
+
+
+def test_pipeline_remainder_goes_to_stages_before_the_last():
+    # get_pp_indices: 10 layers over 4 stages = 2 each + 2 remainder, given to the second-to-last
+    # and third-to-last stages -> [2, 3, 3, 2]
+    assert [len(r) for r in cap.pipeline_stage_layers(10, 4)] == [2, 3, 3, 2]
+    assert [r.start for r in cap.pipeline_stage_layers(10, 4)] == [0, 2, 5, 8]
