@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from kvdiag.errors import InputError
 
@@ -846,6 +846,14 @@ def _stage_layout(
                 f"state size unknown: block size {block} taken as given; state page assumed padded to the attention page"
             )
         else:
+            if ssm_dtype or shape.ssm_dtype:
+                notes.append(f"{shape.state_kind} SSM state dtype {ssm_dtype or shape.ssm_dtype}")
+            else:
+                default = "float32" if shape.state_kind == "kda" else shape.dtype
+                notes.append(
+                    f"{shape.state_kind} SSM state dtype assumed {default} (config has no mamba_ssm_dtype; "
+                    "vLLM --mamba-ssm-cache-dtype changes the state page and the forced block size)"
+                )
             forced = hybrid_attention_block_size(state_bytes, per_tok, mla=shape.attention_kind == "mla")
             if block < forced:
                 notes.append(
