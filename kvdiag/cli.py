@@ -130,6 +130,11 @@ def rules_explain(rule_id, rules_dirs) -> None:
     click.echo(f"File: {r.path}")
 
 
+from .estimate_cmd import estimate  # noqa: E402  (the capacity model's command)
+
+cli.add_command(estimate)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and map every outcome to an exit code (the only place that does)."""
     args = list(sys.argv[1:] if argv is None else argv)

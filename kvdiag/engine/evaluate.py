@@ -157,7 +157,7 @@ def _eval_cond(bundle: Bundle, cond: Condition, used: dict) -> bool | None:
     value, src = aggregate(rows, cond.agg, kind)
     used[(cond.signal, cond.agg, cond.text_in)] = (value, src)
     if math.isnan(value):
-        return cond.if_missing
+        return None  # data exists but cannot give a value (e.g. one sample for an increase): unknown
     return bool(_OPS[cond.op](value, cond.value))
 
 
