@@ -150,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:  # usage errors, bad option values: UNKNOWN, not click's 2
         if debug:
             raise
-        exc.show()
+        hint = ""
+        ctx = getattr(exc, "ctx", None)
+        if isinstance(exc, click.UsageError) and ctx is not None:
+            hint = f" (see '{ctx.command_path} --help')"
+        click.echo(f"kvdiag: error: {exc.format_message()}{hint}", err=True)
         return ExitStatus.UNKNOWN
     except KvdiagError as exc:
         if debug:
