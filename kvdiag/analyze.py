@@ -37,7 +37,8 @@ def load_model_config(path: str) -> dict:
 
 def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: list[str] = (),
             duration: float = 30.0, interval: float = 5.0, model_config: str | None = None,
-            rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None) -> Report:
+            rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None,
+            deployment: dict | None = None) -> Report:
     """Collect every source into one bundle, derive signals, run the rules, and build the report.
 
     Raises:
@@ -50,6 +51,10 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     if model_config:
         bundle.model_config = load_model_config(model_config)
         bundle.model_config_source = model_config
+    for signal, value in (deployment or {}).items():
+        if value is not None:  # facts the operator gave on the command line, before what the inputs say
+            opt = signal.replace("gpu_total_bytes", "gpu_memory").replace("_", "-")
+            bundle.add(signal, value, f"option --{opt}")
     if logs:
         read_logs(bundle, list(logs), year=year)
     for path in metrics_files:

@@ -49,6 +49,12 @@ def _source_options(f):
         click.option("--interval", type=DURATION, default="5s", show_default=True, help="Time between scrapes."),
         click.option("--model-config", type=str, default=None, metavar="FILE",
                      help="Hugging Face config.json of the served model (capacity arithmetic)."),
+        click.option("--gpu-memory", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GiB",
+                     help="Total memory of one GPU, GiB (with --model-config: do the weights fit?)."),
+        click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Tensor parallel size of the deployment (when the log does not say)."),
+        click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
+                     metavar="R", help="gpu_memory_utilization of the deployment (when the inputs do not say)."),
         click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files."),
         click.option("--year", type=int, default=None, help="Year of log timestamps (vLLM prints none)."),
     ]
@@ -74,19 +80,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="Write the report here instead of standard output.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
-def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, rules_dirs, year, fmt, output,
-            debug):
+def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
+            gpu_memory_utilization, rules_dirs, year, fmt, output, debug):
     """Diagnose a server from its logs and /metrics; verdict first, evidence under it."""
     if debug:
         ctx.obj["debug"] = True
-    if not (logs or metrics_files or metrics_urls):
-        raise click.UsageError("give at least one source: --log, --metrics-file or --metrics-url")
+    if not (logs or metrics_files or metrics_urls or (model_config and gpu_memory)):
+        raise click.UsageError("give at least one source: --log, --metrics-file or --metrics-url "
+                               "(or --model-config with --gpu-memory for a pre-flight check)")
     from .analyze import analyze as run
     from .report.render import RENDERERS
 
     report = run(logs=list(logs), metrics_files=list(metrics_files), metrics_urls=list(metrics_urls),
                  duration=duration, interval=interval, model_config=model_config, rules_dirs=list(rules_dirs),
-                 year=year)
+                 year=year, deployment={"gpu_total_bytes": gpu_memory and gpu_memory * 2**30,
+                                        "tensor_parallel_size": tensor_parallel_size,
+                                        "gpu_memory_utilization": gpu_memory_utilization})
     text = RENDERERS[fmt](report)
     if output:
         try:

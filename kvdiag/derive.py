@@ -11,11 +11,6 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Bundle
-from .errors import InputError
-
-_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "half": 2, "float32": 4, "float": 4,
-                "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1}
-
 
 def increase(values: pd.Series) -> float:
     """Increase of a counter over its samples, with Prometheus counter-reset semantics.
@@ -34,33 +29,6 @@ def increase(values: pd.Series) -> float:
         return math.nan
     d = np.diff(v)
     return float(np.where(d >= 0, d, v[1:]).sum())
-
-
-def seed_kv_bytes_per_token(config: dict, kv_cache_dtype: str = "auto") -> int:
-    """KV bytes per token from a Hugging Face ``config.json``: ``2 × L × H_kv × D × s``.
-
-    The seed formula of the design card (PagedAttention, Kwon et al. 2023; vLLM
-    ``v1/kv_cache_interface.py AttentionSpec.page_size_bytes``): ``L`` = ``num_hidden_layers``,
-    ``H_kv`` = ``num_key_value_heads`` (GQA; defaults to ``num_attention_heads``), ``D`` =
-    ``head_dim`` or ``hidden_size / num_attention_heads``, ``s`` = bytes of the KV dtype
-    (``auto`` = ``torch_dtype``). A planning estimate: no TP split, no MLA or sliding window.
-
-    Raises:
-        InputError: a needed field is missing or not a number.
-    """
-    cfg = config.get("text_config") or config
-    try:
-        layers = int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"model config: missing or invalid field {exc}, expected num_hidden_layers, "
-                         "num_attention_heads, num_key_value_heads, hidden_size/head_dim") from None
-    dtype = kv_cache_dtype if kv_cache_dtype != "auto" else str(cfg.get("torch_dtype") or config.get("torch_dtype")
-                                                                 or "bfloat16")
-    s = _DTYPE_BYTES.get(dtype.replace("torch.", ""), 2)
-    return 2 * layers * kv_heads * head_dim * s
 
 
 def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
@@ -140,13 +108,9 @@ def derive(bundle: Bundle) -> None:
         bundle.add("kv_capacity_tokens", nb * bs[0],
                    f"derived: num_gpu_blocks {nb:,.0f} ({blocks['source'].iloc[-1]}) × block_size {bs[0]:.0f} ({bs[1]})")
     if bundle.model_config is not None:
-        bpt = seed_kv_bytes_per_token(bundle.model_config)
-        bundle.add("kv_bytes_per_token", bpt, f"derived: 2 × layers × kv_heads × head_dim × dtype_bytes "
-                                              f"from {bundle.model_config_source}")
-        kv = _last(bundle, "kv_cache_memory_bytes")
-        if kv and kv[0] > 0:
-            bundle.add("kv_capacity_tokens_from_config", math.floor(kv[0] / bpt),
-                       f"derived: KV memory {kv[0] / 2**30:.2f} GiB ({kv[1]}) / {bpt:,} B per token")
+        from .derive_capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity.py)
+
+        derive_capacity(bundle)
     pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
     running = bundle.signal("num_requests_running").dropna(subset=["value"])
     if bs and not running.empty:
