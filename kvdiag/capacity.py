@@ -185,6 +185,8 @@ def _int_field(
 def dtype_bytes(name: str) -> int:
     """Bytes per element of a torch / HF dtype name.
 
+    Source: PyTorch dtype sizes; vLLM stores fp8 KV as uint8 (reference §3, ``s``).
+
     Args:
         name: e.g. ``"bfloat16"``, ``"torch.float16"``, ``"float32"``, ``"fp8"``.
 
@@ -1642,7 +1644,10 @@ weights, bytes per weight."""
 
 
 def parameter_count(config: Mapping[str, Any]) -> dict[str, int]:
-    """Parameter count of a decoder-only transformer from its config, by part.
+    """Parameter count of a decoder-only transformer from its config, by part (unit: parameters).
+
+    Source: the Hugging Face modelling code's layer shapes for Llama/Qwen2/Mistral (dense), Mixtral/Qwen-MoE
+    (experts) and DeepSeek-V2/V3 (MLA); vLLM loads the same tensors (``model_executor/models/*.py``).
 
     Architecture formula: embeddings ``V × h``; LM head ``V × h`` unless
     ``tie_word_embeddings``; per layer attention (q, k, v, o — MLA: q or q-LoRA, kv_a, kv_b,
