@@ -38,16 +38,21 @@ def load_model_config(path: str) -> dict:
 def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: list[str] = (),
             duration: float = 30.0, interval: float = 5.0, model_config: str | None = None,
             rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None,
-            deployment: dict | None = None) -> Report:
+            deployment: dict | None = None, seed=None, keep: list | None = None) -> Report:
     """Collect every source into one bundle, derive signals, run the rules, and build the report.
 
     Raises:
         InputError: an input cannot be read or parsed.
         ScrapeError: a /metrics URL failed on its first scrape.
         RuleFileError: a rule file is invalid.
+
+    ``seed(bundle)``, when given, runs before any input is read (``kvdiag check --state`` adds the previous
+    run's counters there); ``keep``, when given, receives the bundle (to save state after the run).
     """
     rules = load_rules(rules_dirs)
     bundle = Bundle()
+    if keep is not None:
+        keep.append(bundle)
     if model_config:
         bundle.model_config = load_model_config(model_config)
         bundle.model_config_source = model_config
@@ -55,6 +60,8 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         if value is not None:  # facts the operator gave on the command line, before what the inputs say
             opt = signal.replace("gpu_total_bytes", "gpu_memory").replace("_", "-")
             bundle.add(signal, value, f"option --{opt}")
+    if seed is not None:
+        seed(bundle)
     if logs:
         read_logs(bundle, list(logs), year=year)
     for path in metrics_files:
