@@ -67,6 +67,10 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None) -> in
     for fam in families:
         for s in fam.samples:
             name = s.name
+            if name == "process_start_time_seconds":  # restart evidence (kvdiag check --state)
+                bundle.add("process_start_time", float(s.value), f"metric:{name} in {origin}",
+                           t=float(s.timestamp) if s.timestamp is not None else t)
+                continue
             if not name.startswith(VLLM_PREFIXES):
                 continue
             ts = float(s.timestamp) if s.timestamp is not None else t
