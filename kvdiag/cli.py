@@ -108,6 +108,81 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     ctx.exit(report.exit_code)
 
 
+@cli.command()
+@_source_options
+@click.option("--warn-on", multiple=True, metavar="CLASS|SEVERITY", help="WARNING when the verdict is this class "
+              "or severity (repeatable). With --warn-on/--fail-on, other verdicts are OK.")
+@click.option("--fail-on", multiple=True, metavar="CLASS|SEVERITY", help="CRITICAL when the verdict is this class "
+              "or severity (repeatable).")
+@click.option("--state", "state_file", default=None, metavar="FILE",
+              help="Remember counters between runs: judge the increase since the last check, notice restarts.")
+@click.option("--textfile", default=None, metavar="DIR", help="Write DIR/kvdiag.prom for node_exporter.")
+@click.option("--pushgateway", default=None, metavar="URL", help="Push the verdict series to a Pushgateway.")
+@click.option("--job", default="kvdiag", show_default=True, help="Pushgateway job name.")
+@click.option("--instance", default=None, help="Instance label (default: the URL or file checked).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
+          gpu_memory_utilization, rules_dirs, year, warn_on, fail_on, state_file, textfile, pushgateway, job, instance,
+          debug):
+    """One Nagios-style line with perfdata; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (for cron and CronJobs).
+
+    By default one scrape of each --metrics-url (--duration 1s); with --state the window runs from the previous
+    check to this one.
+    """
+    import time as _time
+
+    from . import check as chk
+    from .analyze import analyze as run
+    from .errors import KvdiagError
+
+    if not (logs or metrics_files or metrics_urls or (model_config and gpu_memory)):
+        raise click.UsageError("give at least one source: --log, --metrics-file or --metrics-url")
+    src = ctx.get_parameter_source("duration")
+    if src is not None and src.name == "DEFAULT":
+        duration = 1.0
+    inst = instance or (metrics_urls[0] if metrics_urls else (logs[0] if logs else (metrics_files or [model_config])[0]))
+    notes: list[str] = []
+    previous = None
+    if state_file:
+        previous, note = chk.load_state(state_file, inst)
+        if note:
+            notes.append(note)
+    kept: list = []
+    now = _time.time()
+    try:
+        report = run(logs=list(logs), metrics_files=list(metrics_files), metrics_urls=list(metrics_urls),
+                     duration=duration, interval=interval, model_config=model_config, rules_dirs=list(rules_dirs),
+                     year=year, progress=False,
+                     deployment={"gpu_total_bytes": gpu_memory and gpu_memory * 2**30,
+                                 "tensor_parallel_size": tensor_parallel_size,
+                                 "gpu_memory_utilization": gpu_memory_utilization},
+                     seed=(lambda b: chk.seed_from_state(b, previous)) if previous else None, keep=kept)
+    except KvdiagError as exc:
+        if debug or ctx.obj.get("debug"):
+            raise
+        line = chk.status_line(3, None, "", notes, error=str(exc))
+        reg = chk.build_registry(inst, None, False, now)
+        extra = [n for n in ((textfile and chk.write_textfile(textfile, reg)),
+                             (pushgateway and chk.push(pushgateway, job, inst, reg))) if n]
+        click.echo(line + ("; " + "; ".join(extra) if extra else ""))
+        ctx.exit(3)
+    bundle = kept[0]
+    current = chk.state_from_bundle(bundle)
+    notes += chk.restart_notes(previous, current)
+    if state_file and current is not None:
+        note = chk.save_state(state_file, inst, current)
+        if note:
+            notes.append(note)
+    code = chk.status_of(report, tuple(warn_on), tuple(fail_on))
+    reg = chk.build_registry(inst, report, code != 3, now)
+    for note in ((textfile and chk.write_textfile(textfile, reg)), (pushgateway and chk.push(pushgateway, job, inst, reg))):
+        if note:
+            notes.append(note)
+    click.echo(chk.status_line(code, report, chk.perfdata(bundle, report), notes))
+    ctx.exit(code)
+
+
 @cli.group()
 def rules() -> None:
     """List and explain the diagnosis rules."""

@@ -160,6 +160,41 @@ _SIGNALS = [
     Signal("preemption_warning", "event", "count", "V0 preemption WARNING (logged every 50th); text = mode",
            (), ("§2.6",)),
     Signal("startup_segments", "event", "count", "start-up blocks seen in a log (weights loaded / engine init)"),
+    # --- log events of the diagnosis catalog (issue 6; parsed by the log collector) --------------
+    Signal("oom_other_processes_bytes", "event", "bytes",
+           "memory of the other processes an OOM text lists ('Process N has X memory in use', §2.7)", (), ("§2.7",)),
+    Signal("oom_other_processes_count", "event", "count", "how many other processes an OOM text lists", (),
+           ("§2.7",)),
+    Signal("mm_profile_warning", "event", "tokens",
+           "the multimodal worst case does not fit the profiling sequence; value = worst-case tokens (0.9+)", (),
+           ("'The sequence length used for profiling (...) is too short to hold the multi-modal embeddings'",)),
+    Signal("mm_profile_run", "event", "count", "V0 encoder-decoder profile run with dummy images started", (),
+           ("'Starting profile run for multi-modal models.' (enc_dec_model_runner.py, V0)",)),
+    Signal("python_traceback", "event", "count", "a Python traceback began ('Traceback (most recent call last):')",
+           (), ("any uncaught exception",)),
+    # --- derived by kvdiag/derive.py for the catalog rules (issue 6) --------------------------------
+    Signal("cuda_oom_phase", "event", "bytes",
+           "each CUDA OOM with its phase settled from the log's order of start-up steps when the traceback does not "
+           "name it; value = bytes tried, text = load, profile, kv_alloc, cudagraph, sampler, encoder, runtime, "
+           "unknown (derived)"),
+    Signal("startup_crash", "event", "count",
+           "a start-up that died without an OOM text; text = the step it died in (after_weights_before_kv) (derived)"),
+    Signal("oom_other_processes_ratio", "fact", "ratio",
+           "memory other processes held at the OOM / GPU total (derived)"),
+    Signal("cudagraph_estimate_ratio", "fact", "ratio",
+           "estimated CUDA-graph memory / the GPU budget (total × gpu_memory_utilization) (derived)"),
+    Signal("activation_peak_ratio", "fact", "ratio", "profiling activation peak / the GPU budget (derived)"),
+    Signal("kv_size_line_ratio", "fact", "ratio",
+           "printed 'KV cache size' tokens / (max concurrency × max_model_len); far below 1 on hybrid models whose "
+           "token line is not the physical pool (derived)"),
+    Signal("kv_tokens_from_concurrency", "fact", "tokens",
+           "max concurrency × max_model_len: the tokens the pool holds per vLLM's concurrency line (derived)"),
+    Signal("sampler_warmup_rows", "fact", "requests",
+           "OOM bytes / (vocab_size × 4): how many fp32 logit rows the failed allocation was (needs --model-config) "
+           "(derived)"),
+    Signal("other_processes_free_ratio", "fact", "ratio",
+           "(GPU total − other processes' memory) / GPU total: the gpu_memory_utilization that fits next to them "
+           "(derived)"),
 ]
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in _SIGNALS}

@@ -435,6 +435,12 @@ def _e6(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("sampler_warmup_oom", 1, line)
 
 
+def _traceback(c: LogCollector, m: re.Match, line: Line) -> None:
+    """'Traceback (most recent call last):' — an uncaught exception (issue 6: a start-up that died without an OOM
+    text)."""
+    c._add("python_traceback", 1, line)
+
+
 def _w4(c: LogCollector, m: re.Match, line: Line) -> None:
     """W4 'Failed to load model - not enough GPU memory.' (0.16+)."""
     c._add("weights_load_failed", 1, line)
@@ -598,6 +604,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
      _mamba_blocks),
     ("E6", re.compile(r"CUDA out of memory occurred when warming up (?:sampler|pooler)"), _e6),
     ("W4", re.compile(r"Failed to load model - not enough GPU memory"), _w4),
+    ("traceback", re.compile(r"^\s*Traceback \(most recent call last\):"), _traceback),
     ("oom", re.compile(r"CUDA out of memory\. Tried to allocate " + _SZ + r"\. GPU \d+ has a total capac?i?ty of "
                        + _SZ + r" of which " + _SZ + r" is free"), _oom),
     ("oom_old", re.compile(r"CUDA out of memory\. Tried to allocate " + _SZ + r" \(GPU \d+; " + _SZ +

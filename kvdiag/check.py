@@ -1,0 +1,246 @@
+"""``kvdiag check``: the unattended form of ``analyze`` for cron, Kubernetes CronJobs and Prometheus.
+
+It runs the same pipeline as ``analyze`` (so the verdicts cannot disagree), then
+
+* prints one Nagios plugin line with perfdata (``KVDIAG CRITICAL - capacity_pressure: … | kv_cache_usage=…``)
+  and exits 0/1/2/3 (OK/WARNING/CRITICAL/UNKNOWN) — Nagios Plugin Development Guidelines, "Plugin Output";
+* with ``--state FILE`` remembers each counter's last value and time, and the server's process start time, so
+  the next run judges only the increase since this one and reports a restart (counter reset, new process start)
+  instead of a negative rate;
+* with ``--textfile DIR`` writes a node_exporter textfile-collector file (prometheus-client's
+  ``write_to_textfile``: written to a temporary file, then renamed), and with ``--pushgateway URL`` pushes the
+  same series.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import json
+import math
+import os
+from pathlib import Path
+import tempfile
+import time
+
+from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
+
+from .bundle import Bundle
+from .report.model import Report
+from .signals import SIGNALS
+
+STATE_VERSION = 1
+STATUS = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
+SEVERITY_CODE = {"ok": 0, "warning": 1, "critical": 2}
+COUNTERS = [name for name, s in SIGNALS.items() if s.kind == "counter"]
+TEXTFILE_NAME = "kvdiag.prom"
+
+
+@dataclass
+class CheckState:
+    """What one run leaves for the next, per instance.
+
+    Attributes:
+        t: Unix time of the last observation, seconds.
+        counters: last value of each counter signal (base units).
+        process_start_time: the server's ``process_start_time_seconds`` when it exposes it.
+    """
+
+    t: float
+    counters: dict[str, float] = field(default_factory=dict)
+    process_start_time: float | None = None
+
+
+def load_state(path: str, instance: str) -> tuple[CheckState | None, str]:
+    """Read the previous run's state for ``instance``.
+
+    A missing, unreadable or corrupt file never stops a check: returns ``(None, note)`` with a note that the
+    window starts fresh.
+    """
+    p = Path(path)
+    if not p.exists():
+        return None, ""
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        entry = data["instances"][instance]
+        if data.get("version") != STATE_VERSION:
+            return None, f"state file {path}: version {data.get('version')!r} not understood, starting fresh"
+        counters = {k: float(v) for k, v in entry.get("counters", {}).items() if k in COUNTERS}
+        pst = entry.get("process_start_time")
+        return CheckState(float(entry["t"]), counters, float(pst) if pst is not None else None), ""
+    except KeyError:
+        return None, ""
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        return None, f"state file {path} unreadable ({exc.__class__.__name__}), starting fresh"
+
+
+def save_state(path: str, instance: str, state: CheckState) -> str:
+    """Write ``state`` for ``instance`` (other instances' entries are kept); atomic (temp file, rename).
+
+    Returns a note when the file could not be written (the check still reports its verdict).
+    """
+    p = Path(path)
+    data: dict = {"version": STATE_VERSION, "instances": {}}
+    try:
+        old = json.loads(p.read_text(encoding="utf-8"))
+        if isinstance(old, dict) and old.get("version") == STATE_VERSION and isinstance(old.get("instances"), dict):
+            data = old
+    except (OSError, ValueError):
+        pass
+    data["instances"][instance] = {"t": state.t, "counters": state.counters,
+                                   "process_start_time": state.process_start_time}
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, p)
+    except OSError as exc:
+        return f"state file {path} not written ({exc.strerror})"
+    return ""
+
+
+def seed_from_state(bundle: Bundle, state: CheckState) -> None:
+    """Put the previous run's counters into ``bundle`` at their old time, so increases span both runs."""
+    for name, value in state.counters.items():
+        bundle.add(name, value, f"state: previous check @{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(state.t))}",
+                   t=state.t)
+
+
+def state_from_bundle(bundle: Bundle) -> CheckState | None:
+    """The last counter values and process start time of a run, or ``None`` when it saw no counter."""
+    df = bundle.frame()
+    if df.empty:
+        return None
+    counters: dict[str, float] = {}
+    t_last = math.nan
+    for name in COUNTERS:
+        rows = df[(df["signal"] == name) & df["value"].notna()]
+        rows = rows[~rows["source"].str.startswith("state:")]
+        if rows.empty:
+            continue
+        counters[name] = float(rows["value"].iloc[-1])
+        if not math.isnan(rows["t"].iloc[-1]):
+            t_last = float(rows["t"].iloc[-1]) if math.isnan(t_last) else max(t_last, float(rows["t"].iloc[-1]))
+    pst_rows = df[df["signal"] == "process_start_time"]
+    pst = float(pst_rows["value"].iloc[-1]) if len(pst_rows) else None
+    if not counters and pst is None:
+        return None
+    return CheckState(t_last if not math.isnan(t_last) else time.time(), counters, pst)
+
+
+def restart_notes(previous: CheckState | None, current: CheckState | None) -> list[str]:
+    """Describe a restart between two runs: a new process start time, or a counter lower than before."""
+    if previous is None or current is None:
+        return []
+    notes = []
+    if previous.process_start_time and current.process_start_time and \
+            current.process_start_time != previous.process_start_time:
+        notes.append("server restarted since the last check (process start time changed)")
+    for name, old in previous.counters.items():
+        new = current.counters.get(name)
+        if new is not None and new < old:
+            notes.append(f"server restarted since the last check ({name} reset {old:g} → {new:g}; "
+                         "counted from zero, not as a negative rate)")
+            break
+    return notes
+
+
+def status_of(report: Report, warn_on: tuple[str, ...], fail_on: tuple[str, ...]) -> int:
+    """Nagios status of a report.
+
+    Without ``--warn-on`` / ``--fail-on`` the verdict's severity decides (ok 0, warning 1, critical 2). With
+    them, a verdict whose class or severity is listed in ``fail_on`` is CRITICAL, in ``warn_on`` WARNING, and
+    any other OK. ``inconclusive`` is always UNKNOWN (3).
+    """
+    v = report.verdict
+    if v.primary == "inconclusive":
+        return 3
+    if not warn_on and not fail_on:
+        return SEVERITY_CODE[v.severity]
+    keys = {v.primary, v.severity}
+    if keys & set(fail_on):
+        return 2
+    if keys & set(warn_on):
+        return 1
+    return 0
+
+
+def perfdata(bundle: Bundle, report: Report) -> str:
+    """Nagios perfdata ``label=value[unit];warn;crit;min;max`` for the numbers a dashboard would plot.
+
+    kv_cache_usage (max over the window, thresholds 0.90/0.95 as rule CAP001), preemptions and waiting
+    (increase / max over the window), prefix-cache hit rate (late window) when present.
+    """
+    from .engine.evaluate import aggregate
+
+    parts = []
+
+    def one(label: str, signal: str, agg: str, tail: str) -> None:
+        rows = bundle.signal(signal).sort_values("seq")
+        if rows.empty:
+            return
+        value, _ = aggregate(rows, agg, SIGNALS[signal].kind)
+        if isinstance(value, float) and math.isnan(value):
+            return
+        parts.append(f"{label}={value:.4g}{tail}")
+
+    one("kv_cache_usage", "kv_cache_usage", "max", ";0.90;0.95;0;1")
+    one("preemptions", "num_preemptions", "increase", ";;;0")
+    one("waiting", "num_requests_waiting", "max", ";;;0")
+    one("running", "num_requests_running", "max", ";;;0")
+    one("prefix_cache_hit_rate", "prefix_cache_hit_rate_late", "last", ";;;0;1")
+    return " ".join(parts)
+
+
+def status_line(code: int, report: Report | None, perf: str, extra: list[str], error: str = "") -> str:
+    """``KVDIAG <STATUS> - <class>: <summary>[; notes] | <perfdata>`` on one line."""
+    if report is None:
+        text = f"KVDIAG UNKNOWN - {error}"
+    else:
+        v = report.verdict
+        text = f"KVDIAG {STATUS[code]} - {v.primary}: {' '.join(v.summary.split())}"
+    if extra:
+        text += "; " + "; ".join(extra)
+    text = text.replace("|", "/")
+    return text + (f" | {perf}" if perf else "")
+
+
+def build_registry(instance: str, report: Report | None, success: bool, now: float) -> CollectorRegistry:
+    """The series ``--textfile`` writes and ``--pushgateway`` pushes (prometheus-client renders them)."""
+    reg = CollectorRegistry()
+    ok = Gauge("kvdiag_check_success", "1 when the last kvdiag check could judge the server", ["instance"],
+               registry=reg)
+    ok.labels(instance).set(1 if success else 0)
+    last = Gauge("kvdiag_last_run_timestamp_seconds", "Unix time of the last kvdiag check", ["instance"],
+                 registry=reg)
+    last.labels(instance).set(now)
+    if report is not None:
+        v = Gauge("kvdiag_verdict", "The verdict of the last kvdiag check (always 1; read the labels)",
+                  ["instance", "class", "severity"], registry=reg)
+        v.labels(instance, report.verdict.primary, report.verdict.severity).set(1)
+        f = Gauge("kvdiag_finding", "1 when the rule fires, 0 when quiet or unknown; status in the label",
+                  ["instance", "rule_id", "class", "severity", "status"], registry=reg)
+        for finding in report.findings:
+            sev = finding.severity if finding.status == "fires" else "ok"
+            f.labels(instance, finding.rule_id, finding.cls, sev, finding.status).set(
+                1 if finding.status == "fires" else 0)
+    return reg
+
+
+def write_textfile(directory: str, registry: CollectorRegistry) -> str:
+    """Write ``DIR/kvdiag.prom`` atomically (prometheus-client writes a temp file and renames it)."""
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        write_to_textfile(str(Path(directory) / TEXTFILE_NAME), registry)
+    except OSError as exc:
+        return f"textfile {directory} not written ({exc.strerror or exc})"
+    return ""
+
+
+def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout: float = 10.0) -> str:
+    """Push the series to a Pushgateway, grouped by ``instance``. Returns a note on failure."""
+    try:
+        push_to_gateway(url, job=job, registry=registry, grouping_key={"instance": instance}, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - urllib errors of several kinds; the check still reports
+        return f"push to {url} failed ({exc.__class__.__name__}: {exc})"
+    return ""

@@ -1,0 +1,191 @@
+"""kvdiag check: the one-line Nagios output, exit codes, state between runs, textfile output."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
+import pytest
+
+from conftest import FIXTURES
+
+INCIDENTS = FIXTURES / "incidents"
+LINE = re.compile(r"^KVDIAG (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| [^\n]+)?$")
+
+
+def case(prefix: str) -> str:
+    return str(next(INCIDENTS.glob(f"{prefix}-*")) / "vllm.log")
+
+
+def one_line(res) -> str:
+    lines = res.out.splitlines()
+    assert len(lines) == 1, res.out
+    assert LINE.match(lines[0]), lines[0]
+    assert "Traceback" not in res.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, code, status", [
+    (["--log", case("029")], 2, "CRITICAL"),                                  # capacity_pressure, critical
+    (["--log", case("017")], 1, "WARNING"),                                   # partial_block_waste, warning
+    (["--metrics-file", str(FIXTURES / "metrics" / "vllm033_quiet_0030.prom")], 0, "OK"),
+    (["--metrics-url", "http://127.0.0.1:9/metrics"], 3, "UNKNOWN"),          # refused: could not judge
+    (["--log", str(FIXTURES / "models" / "README.md")], 3, "UNKNOWN"),        # nothing evaluable
+])
+def test_exit_code_and_line_per_severity(kvdiag, args, code, status):
+    res = kvdiag("check", *args)
+    line = one_line(res)
+    assert res.code == code
+    assert line.startswith(f"KVDIAG {status} - ")
+
+
+def test_check_agrees_with_analyze(kvdiag):
+    for prefix in ("001", "009", "019", "029", "032"):
+        a = kvdiag("analyze", "--log", case(prefix), "--format", "json")
+        c = kvdiag("check", "--log", case(prefix))
+        verdict = a.json()["verdict"]
+        assert one_line(c).startswith(f"KVDIAG {'CRITICAL' if verdict['severity'] == 'critical' else 'WARNING'} - "
+                                      f"{verdict['primary']}:")
+        assert a.code == c.code
+
+
+def test_perfdata(kvdiag):
+    line = one_line(kvdiag("check", "--log", case("029")))
+    perf = dict(p.split("=", 1) for p in line.split(" | ", 1)[1].split())
+    assert perf["kv_cache_usage"] == "0.984;0.90;0.95;0;1"
+    assert perf["waiting"] == "56;;;0"
+
+
+def test_warn_on_fail_on(kvdiag):
+    res = kvdiag("check", "--log", case("029"), "--warn-on", "capacity_pressure")
+    assert res.code == 1 and one_line(res).startswith("KVDIAG WARNING - capacity_pressure")
+    res = kvdiag("check", "--log", case("017"), "--fail-on", "partial_block_waste")
+    assert res.code == 2
+    res = kvdiag("check", "--log", case("029"), "--fail-on", "weights_dont_fit")
+    assert res.code == 0 and one_line(res).startswith("KVDIAG OK - capacity_pressure")
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"version": 1, "instances": {"x": {"t": "soon"}}}', "\x00\x01"])
+def test_corrupt_state_file_never_crashes(kvdiag, tmp_path, content):
+    state = tmp_path / "state.json"
+    state.write_text(content)
+    res = kvdiag("check", "--log", case("029"), "--state", str(state), "--instance", "x")
+    line = one_line(res)
+    assert res.code == 2
+    if content.startswith("{not") or content.startswith("\x00") or "soon" in content:
+        assert "starting fresh" in line
+
+
+def test_state_in_a_missing_folder_is_created(kvdiag, tmp_path):
+    state = tmp_path / "sub" / "state.json"
+    res = kvdiag("check", "--log", case("009"), "--state", str(state))
+    one_line(res)
+    assert json.loads(state.read_text())["instances"]
+
+
+class Endpoint:
+    """A vLLM-like /metrics endpoint whose counter and process start time a test sets between checks."""
+
+    def __init__(self):
+        self.reg = CollectorRegistry()
+        lab = ["engine", "model_name"]
+        self.usage = Gauge("vllm:kv_cache_usage_perc", "usage", lab, registry=self.reg)
+        self.waiting = Gauge("vllm:num_requests_waiting", "waiting", lab, registry=self.reg)
+        self.preemptions = 0.0
+        endpoint = self
+
+        class Preemptions:  # a counter whose value the test sets (a restart sets it back), via a custom collector
+            def collect(self):
+                fam = CounterMetricFamily("vllm:num_preemptions", "preemptions", labels=lab)
+                fam.add_metric(["0", "m"], endpoint.preemptions)
+                yield fam
+
+        self.reg.register(Preemptions())
+        self.start = Gauge("process_start_time_seconds", "start", registry=self.reg)
+        self.usage.labels("0", "m").set(0.99)
+        self.waiting.labels("0", "m").set(0)
+        self.start.set(1_700_000_000)
+
+        class Q(WSGIRequestHandler):
+            def log_message(self, *a):
+                pass
+        self.srv = make_server("127.0.0.1", 0, make_wsgi_app(self.reg), handler_class=Q)
+        self.url = f"http://127.0.0.1:{self.srv.server_port}/metrics"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def set_preemptions(self, value: float):
+        self.preemptions = float(value)
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.fixture
+def endpoint():
+    e = Endpoint()
+    yield e
+    e.close()
+
+
+def _perf(line: str) -> dict:
+    return dict(p.split("=", 1) for p in line.split(" | ", 1)[1].split()) if " | " in line else {}
+
+
+def test_two_checks_judge_only_the_increase_between_them(kvdiag, endpoint, tmp_path):
+    state = str(tmp_path / "state.json")
+    endpoint.set_preemptions(100)
+    first = kvdiag("check", "--metrics-url", endpoint.url, "--state", state)
+    # one scrape, no previous run: the counter's increase cannot be judged, never read as 100 preemptions
+    assert "preemptions" not in _perf(one_line(first))
+    endpoint.set_preemptions(103)
+    second = kvdiag("check", "--metrics-url", endpoint.url, "--state", state)
+    line = one_line(second)
+    assert _perf(line)["preemptions"].split(";")[0] == "3"
+    assert second.code == 2 and "capacity_pressure" in line
+    endpoint.set_preemptions(103)
+    third = kvdiag("check", "--metrics-url", endpoint.url, "--state", state)
+    assert _perf(one_line(third))["preemptions"].split(";")[0] == "0"
+    assert third.code == 0
+
+
+def test_restart_between_checks_is_reported_not_a_negative_rate(kvdiag, endpoint, tmp_path):
+    state = str(tmp_path / "state.json")
+    endpoint.set_preemptions(50)
+    one_line(kvdiag("check", "--metrics-url", endpoint.url, "--state", state))
+    endpoint.set_preemptions(2)               # the server restarted and preempted twice since
+    endpoint.start.set(1_700_000_600)
+    res = kvdiag("check", "--metrics-url", endpoint.url, "--state", state)
+    line = one_line(res)
+    assert "restarted since the last check" in line
+    assert _perf(line)["preemptions"].split(";")[0] == "2"   # counted from zero, never 2 - 50
+
+
+def test_textfile_is_written_atomically_with_the_series(kvdiag, tmp_path):
+    out = tmp_path / "textfile"
+    res = kvdiag("check", "--log", case("029"), "--textfile", str(out), "--instance", "gpu-node-1")
+    one_line(res)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["kvdiag.prom"]                        # no temporary file left behind
+    fams = {f.name: f for f in text_string_to_metric_families((out / "kvdiag.prom").read_text())}
+    verdict = fams["kvdiag_verdict"].samples[0]
+    assert verdict.labels == {"instance": "gpu-node-1", "class": "capacity_pressure", "severity": "critical"}
+    assert fams["kvdiag_check_success"].samples[0].value == 1
+    assert fams["kvdiag_last_run_timestamp_seconds"].samples[0].value > 1.7e9
+    firing = [s for s in fams["kvdiag_finding"].samples if s.value == 1]
+    assert [s.labels["rule_id"] for s in firing] == ["CAP001"]
+    assert firing[0].labels["status"] == "fires"
+
+
+def test_textfile_on_unknown_sets_success_zero(kvdiag, tmp_path):
+    out = tmp_path / "tf"
+    res = kvdiag("check", "--metrics-url", "http://127.0.0.1:9/metrics", "--textfile", str(out), "--instance", "a")
+    assert res.code == 3
+    fams = {f.name: f for f in text_string_to_metric_families((out / "kvdiag.prom").read_text())}
+    assert fams["kvdiag_check_success"].samples[0].value == 0
+    assert "kvdiag_verdict" not in fams
