@@ -87,6 +87,134 @@ def _block_overhead(bundle: Bundle) -> None:
                    f"({row['source']}) / pool {p:,.0f} tokens ({pool['source'].iloc[0]}) = {tok:.1%}")
 
 
+# ---------------------------------------------------------------------------------------------
+# Failure phases and memory shares for the catalog rules (issue 6)
+_MM_SIGNALS = ("mm_profile_warning", "mm_profile_run")
+_POOL_SIGNALS = ("num_gpu_blocks", "kv_cache_size_tokens", "kv_cache_memory_bytes", "activation_peak_bytes")
+_SERVING_SIGNALS = ("kv_cache_usage", "num_requests_running", "num_requests_waiting", "prompt_throughput")
+_FAILURE_SIGNALS = ("cuda_oom", "kv_capacity_error", "weights_load_failed", "sampler_warmup_oom",
+                    "free_memory_below_request")
+
+
+def _before(df: pd.DataFrame, seq: int, names: tuple[str, ...], segment: int | None = None) -> pd.DataFrame:
+    rows = df[(df["signal"].isin(names)) & (df["seq"] < seq)]
+    if segment is not None:
+        rows = rows[rows["segment"] == segment]
+    return rows
+
+
+def oom_phase(df: pd.DataFrame, oom: pd.Series) -> tuple[str, str]:
+    """Settle the phase of one ``cuda_oom`` row from what the log shows happened before it.
+
+    The collector names the phase from the traceback frames (reference §2.7); this refines it with the
+    order of start-up steps, which is fixed per engine:
+
+    * a ``profile`` or ``unknown`` OOM after a multimodal profiling line (``mm_profile_warning`` 0.9+,
+      ``mm_profile_run`` V0 enc-dec) → ``encoder``: the profile run feeds the worst-case dummy images
+      through the vision encoder first;
+    * an ``unknown`` OOM in a start-up segment whose CUDA graphs are already captured (``cudagraph_bytes``:
+      K12, or M6 which V1 prints after capture) and that served nothing yet → ``sampler``: in V1
+      ``compile_or_warm_up_model`` runs ``_dummy_sampler_run`` right after capture (``v1/worker/gpu_worker.py``);
+    * an ``unknown`` OOM after the weights loaded (W1-W3) and before any pool size or serving line →
+      ``profile``: the step after ``load_model`` is the profile run (``determine_num_available_blocks`` /
+      ``determine_available_memory``).
+
+    Args:
+        df: the bundle frame (:meth:`Bundle.frame`).
+        oom: one row of it with ``signal == "cuda_oom"``.
+
+    Returns:
+        ``(phase, why)``: ``why`` is ``""`` when the collector's phase stands, else the reason naming the
+        log lines it rests on.
+    """
+    phase, seq, seg = str(oom["text"] or "unknown"), int(oom["seq"]), int(oom["segment"])
+    if phase in ("profile", "unknown"):
+        mm = _before(df, seq, _MM_SIGNALS)
+        if not mm.empty:
+            return "encoder", f"after the multimodal profiling line {mm['source'].iloc[-1]}"
+    if phase != "unknown":
+        return phase, ""
+    served = _before(df, seq, _SERVING_SIGNALS, seg)
+    graphs = _before(df, seq, ("cudagraph_bytes",), seg)
+    if not graphs.empty and served.empty:
+        return "sampler", (f"after the CUDA-graph accounting {graphs['source'].iloc[-1]} and before any request "
+                           "was served: the sampler warm-up follows graph capture")
+    weights = _before(df, seq, ("weights_bytes",), seg)
+    if not weights.empty and _before(df, seq, _POOL_SIGNALS, seg).empty and served.empty:
+        return "profile", (f"after the weights loaded ({weights['source'].iloc[-1]}) and before a KV pool was "
+                           "sized: the profile run follows model loading")
+    return phase, ""
+
+
+def _oom_phases(bundle: Bundle) -> None:
+    """``cuda_oom_phase``: every ``cuda_oom`` again, with the phase settled by :func:`oom_phase`."""
+    df = bundle.frame()
+    for _, row in df[df["signal"] == "cuda_oom"].iterrows():
+        phase, why = oom_phase(df, row)
+        src = row["source"] if not why else f"derived: OOM at {row['source']} {why}"
+        bundle.add("cuda_oom_phase", row["value"], src, t=None if pd.isna(row["t"]) else float(row["t"]),
+                   text=phase, segment=int(row["segment"]))
+
+
+def _startup_crashes(bundle: Bundle) -> None:
+    """``startup_crash`` (text ``after_weights_before_kv``): a traceback in a start-up segment that loaded its
+    weights, sized no KV pool, served nothing and printed no failure kvdiag knows (no OOM text, no KV-capacity
+    error). In every vLLM version the step after loading the weights is the profile run, so that is where it died.
+    """
+    df = bundle.frame()
+    for seg, rows in df[df["signal"] == "python_traceback"].groupby("segment"):
+        in_seg = df[df["segment"] == seg]
+        first = rows.iloc[0]
+        weights = _before(df, int(first["seq"]), ("weights_bytes",), int(seg))
+        if weights.empty or in_seg["signal"].isin(_FAILURE_SIGNALS + _POOL_SIGNALS + _SERVING_SIGNALS).any():
+            continue
+        bundle.add("startup_crash", 1, f"derived: traceback at {first['source']} after the weights loaded "
+                                       f"({weights['source'].iloc[-1]}), no KV pool sized, no OOM text",
+                   text="after_weights_before_kv", segment=int(seg))
+
+
+def _shares(bundle: Bundle) -> None:
+    """Memory shares: other processes at the OOM, CUDA-graph estimate and activation peak vs the budget, and the
+    hybrid-model check of the printed KV size against the concurrency line."""
+    df = bundle.frame()
+    total = _last(bundle, "gpu_total_bytes")
+    other = bundle.signal("oom_other_processes_bytes").dropna(subset=["value"])
+    if total and total[0] > 0 and not other.empty:
+        i = other["value"].idxmax()
+        r = float(other.loc[i, "value"]) / total[0]
+        src = f"{float(other.loc[i, 'value']) / 2**30:.2f} GiB ({other.loc[i, 'source']}) / GPU {total[0] / 2**30:.2f} GiB ({total[1]})"
+        bundle.add("oom_other_processes_ratio", r, f"derived: {src}")
+        bundle.add("other_processes_free_ratio", 1 - r, f"derived: 1 − {src}")
+    budget = _last(bundle, "gpu_budget_bytes")
+    if budget is None:
+        util = _last(bundle, "gpu_memory_utilization")
+        if total and util and util[0] > 0:
+            budget = (total[0] * util[0], f"GPU {total[0] / 2**30:.2f} GiB ({total[1]}) × {util[0]:.2f} ({util[1]})")
+    if budget and budget[0] > 0:
+        for sig, out in (("cudagraph_estimate_bytes", "cudagraph_estimate_ratio"),
+                         ("activation_peak_bytes", "activation_peak_ratio")):
+            v = _last(bundle, sig)
+            if v:
+                bundle.add(out, v[0] / budget[0], f"derived: {v[0] / 2**30:.2f} GiB ({v[1]}) / budget "
+                                                  f"{budget[0] / 2**30:.2f} GiB ({budget[1]})")
+    size, conc, mml = (_last(bundle, n) for n in ("kv_cache_size_tokens", "max_concurrency", "max_model_len"))
+    if size and conc and mml and conc[0] > 0 and mml[0] > 0:
+        tokens = conc[0] * mml[0]
+        bundle.add("kv_tokens_from_concurrency", tokens,
+                   f"derived: max concurrency {conc[0]:.2f}x ({conc[1]}) × max_model_len {mml[0]:,.0f} ({mml[1]})")
+        bundle.add("kv_size_line_ratio", size[0] / tokens,
+                   f"derived: KV cache size {size[0]:,.0f} tokens ({size[1]}) / {tokens:,.0f} tokens "
+                   f"(concurrency {conc[1]})")
+    cfg = bundle.model_config or {}
+    vocab = (cfg.get("text_config") or {}).get("vocab_size") or cfg.get("vocab_size")
+    phases = df[(df["signal"] == "cuda_oom")]
+    if vocab and not phases.empty:
+        row = phases.iloc[-1]
+        bundle.add("sampler_warmup_rows", float(row["value"]) / (int(vocab) * 4),
+                   f"derived: OOM {float(row['value']) / 2**20:,.0f} MiB ({row['source']}) / (vocab {int(vocab):,} × "
+                   f"4 B) from {bundle.model_config_source}")
+
+
 def derive(bundle: Bundle) -> None:
     """Add derived facts to ``bundle`` (in place).
 
@@ -123,6 +251,9 @@ def derive(bundle: Bundle) -> None:
             bundle.add("partial_block_waste_bound_ratio", waste / pool[0],
                        f"derived: {waste:,.0f} tokens / pool {pool[0]:,.0f} tokens ({pool[1]})")
     _block_overhead(bundle)
+    _oom_phases(bundle)
+    _startup_crashes(bundle)
+    _shares(bundle)
     rates = _thirds_rate(bundle)
     if rates:
         early, late, src = rates

@@ -66,14 +66,20 @@ class Finding:
 
 @dataclass
 class Verdict:
+    """The one answer: ``primary`` class, its severity and confidence, a one-paragraph ``summary``, the other
+    classes that also fired (``secondary``), and the counter-evidence of the judged look-alikes (``ruled_out``:
+    ``{"rule_id", "class", "message"}`` of quiet findings, e.g. "partial-block waste ≤ 2 % of the pool")."""
+
     primary: str
     severity: str
     confidence: str
     summary: str
+    secondary: list[str] = field(default_factory=list)
+    ruled_out: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"primary": self.primary, "severity": self.severity, "confidence": self.confidence,
-                "summary": self.summary}
+                "summary": self.summary, "secondary": list(self.secondary), "ruled_out": list(self.ruled_out)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,32 +327,45 @@ def unexplained_failures(bundle: Bundle) -> list[str]:
 def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Verdict:
     """One primary class from the findings.
 
-    * Some rule fires: the firing finding with the highest severity, then priority (more specific
-      rules have higher priority: a start-up failure explains the runtime symptoms after it).
-    * None fires, at least one was judged: ``healthy`` (severity ok).
+    * Some problem rule fires (severity warning or critical): the firing finding with the highest severity,
+      then priority (more specific rules have higher priority: a start-up failure explains the runtime
+      symptoms after it). The other firing classes become ``secondary``.
+    * None fires but the input shows a failure (``unexplained``): ``inconclusive`` — never ``healthy``.
+    * None fires, at least one was judged: ``healthy`` (severity ok); firing ``healthy`` notes (severity
+      ok, e.g. "the hybrid KV-size line is not the physical pool") are added to the summary.
     * Nothing could be judged: ``inconclusive``.
+
+    ``ruled_out`` lists the quiet findings of the other classes: the counter-evidence for the look-alikes.
     """
-    fired = [f for f in findings if f.status == "fires"]
+    fired = [f for f in findings if f.status == "fires" and f.severity != "ok"]
+    notes = [f for f in findings if f.status == "fires" and f.severity == "ok"]
     judged = [f for f in findings if f.status != "unknown"]
+
+    def ruled_out(primary: str) -> list[dict]:
+        return [{"rule_id": f.rule_id, "class": f.cls, "message": f.message} for f in findings
+                if f.status == "quiet" and f.cls != primary]
+
     if fired:
         top = max(fired, key=lambda f: (SEVERITY_RANK[f.severity], f.priority))
-        others = [f.cls for f in fired if f is not top and f.cls != top.cls]
-        conf = top.confidence
+        others = list(dict.fromkeys(f.cls for f in fired if f is not top and f.cls != top.cls))
         summary = top.message
         if others:
-            summary += f" (also firing: {', '.join(dict.fromkeys(others))})"
-        return Verdict(top.cls, top.severity, conf, summary)
+            summary += f" (also firing: {', '.join(others)})"
+        return Verdict(top.cls, top.severity, top.confidence, summary, others, ruled_out(top.cls))
     if unexplained:
         more = f" and {len(unexplained) - 1} more" if len(unexplained) > 1 else ""
         return Verdict("inconclusive", "ok", "low",
                        f"The input shows a failure no rule explains: {unexplained[0]}{more}. "
-                       "Not judged healthy.")
+                       "Not judged healthy.", [], ruled_out("inconclusive"))
     if judged:
         unknown = len(findings) - len(judged)
         conf = "high" if unknown == 0 else ("medium" if len(judged) >= unknown else "low")
-        summary = f"No KV-cache or GPU-memory problem found: {len(judged)} rule(s) judged quiet"
+        summary = f"No KV-cache or GPU-memory problem found: {len(judged) - len(notes)} rule(s) judged quiet"
         if unknown:
             summary += f", {unknown} could not be judged (missing signals)"
-        return Verdict("healthy", "ok", conf, summary + ".")
+        summary += "."
+        for n in notes:
+            summary += f" Note: {n.message}"
+        return Verdict("healthy", "ok", conf, summary, [], ruled_out("healthy"))
     return Verdict("inconclusive", "ok", "low",
                    "Nothing could be judged: the inputs hold none of the signals the rules need.")

@@ -174,8 +174,9 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
             raise _err(path, f"missing required key '{key}'")
     if raw["class"] not in CLASSES:
         raise _err(path, f"unknown class {raw['class']!r}")
-    if raw["severity"] not in SEVERITIES[1:]:
-        raise _err(path, f"severity must be warning or critical, got {raw['severity']!r}")
+    allowed = SEVERITIES if raw["class"] == "healthy" else SEVERITIES[1:]
+    if raw["severity"] not in allowed:
+        raise _err(path, f"severity must be {' or '.join(allowed)} for class {raw['class']}, got {raw['severity']!r}")
     confidence = raw.get("confidence", "medium")
     if confidence not in CONFIDENCES:
         raise _err(path, f"confidence must be low, medium or high, got {confidence!r}")
