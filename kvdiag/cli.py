@@ -196,6 +196,73 @@ def rules_list(rules_dirs) -> None:
         click.echo(f"{r.id:10} {r.cls:24} {r.severity:9} {r.title}")
 
 
+@rules.command("export")
+@click.option("--format", "fmt", type=click.Choice(["prometheus"]), default="prometheus", show_default=True)
+@click.option("--out", default=None, metavar="FILE", help="Write the rule file here (default: standard output).")
+@click.option("--tests", "tests_out", default=None, metavar="FILE",
+              help="Also write a 'promtool test rules' file built from the rules' cases.")
+@click.option("--window", type=DURATION, default="5m", show_default=True, help="Range of the *_over_time windows.")
+@click.option("--for", "for_", type=str, default="0m", show_default=True, help="'for:' of every alert.")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
+def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
+    """Prometheus alerting rules for the rules PromQL can express (both vllm: and vllm_ names)."""
+    from pathlib import Path
+
+    from .engine.cases import find_case_files, load_cases
+    from .engine.model import builtin_rules_dir
+    from .export import export_prometheus, promtool_tests
+
+    try:
+        parse_duration(for_)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--for") from None
+    if float(window).is_integer() and window % 3600 == 0:
+        win = f"{int(window // 3600)}h"
+    elif float(window).is_integer() and window % 60 == 0:
+        win = f"{int(window // 60)}m"
+    else:
+        win = f"{int(window)}s" if float(window).is_integer() else f"{int(window * 1000)}ms"
+    loaded = load_rules(list(rules_dirs))
+    text = export_prometheus(loaded, window=win, for_=for_)
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+    if tests_out:
+        dirs = [builtin_rules_dir()] + [Path(d) for d in rules_dirs]
+        cases = [c for f in find_case_files(dirs) for c in load_cases(f)]
+        rule_file = str(Path(out).resolve()) if out else "kvdiag-rules.yml"
+        body, notes = promtool_tests(loaded, cases, rule_file, window=win, for_=for_)
+        Path(tests_out).write_text(body, encoding="utf-8")
+        for note in notes:
+            click.echo(f"kvdiag: {note}", err=True)
+
+
+@rules.command("test")
+@click.argument("cases_dir", required=False, type=click.Path(file_okay=False))
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
+@click.option("-v", "--verbose", is_flag=True, help="Print every case, not only failures.")
+@click.pass_context
+def rules_test(ctx, cases_dir, rules_dirs, verbose) -> None:
+    """Run rule case files (default: the shipped rules' cases). Exit 0 all pass, 1 a case failed, 3 bad files."""
+    from .engine.runcases import all_cases, run_case
+
+    rules = load_rules(list(rules_dirs))
+    failed = 0
+    cases = all_cases([cases_dir] if cases_dir else None)
+    if not cases:
+        raise click.UsageError(f"no case files under {cases_dir or 'the shipped rules'} (expected cases/*.yaml)")
+    for case in cases:
+        res = run_case(case, rules)
+        if not res.ok:
+            failed += 1
+        if verbose or not res.ok:
+            mark = "ok  " if res.ok else "FAIL"
+            click.echo(f"{mark} {case.rule_id} {case.name}: expected {case.expect}, got {res.got} — {res.message}")
+    click.echo(f"{len(cases) - failed} passed, {failed} failed ({len(cases)} cases)")
+    ctx.exit(1 if failed else 0)
+
+
 @rules.command("explain")
 @click.argument("rule_id")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")

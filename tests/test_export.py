@@ -1,0 +1,79 @@
+"""`kvdiag rules export --format prometheus`: real promtool checks the rules and runs the tests built from the cases;
+each exported rule's fires/quiet cases agree with kvdiag's own engine."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from kvdiag.engine.cases import find_case_files, load_cases
+from kvdiag.engine.evaluate import evaluate_rule
+from kvdiag.engine.model import builtin_rules_dir, load_rules
+from kvdiag.export import exportable_alerts
+from services import PROMTOOL
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from conftest import run_kvdiag
+    d = tmp_path_factory.mktemp("export")
+    res = run_kvdiag("rules", "export", "--format", "prometheus", "--out", str(d / "kvdiag-rules.yml"),
+                     "--tests", str(d / "kvdiag-rules.test.yml"))
+    assert res.code == 0, res.err
+    return d
+
+
+def test_promtool_checks_the_rules(exported):
+    out = subprocess.run([PROMTOOL, "check", "rules", str(exported / "kvdiag-rules.yml")], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_promtool_runs_the_generated_tests(exported):
+    tests = yaml.safe_load((exported / "kvdiag-rules.test.yml").read_text())
+    names = [t["name"] for t in tests["tests"]]
+    assert any("(vllm: names)" in n for n in names) and any("(vllm_ names)" in n for n in names)
+    assert any(t["alert_rule_test"][0]["exp_alerts"] for t in tests["tests"])       # some fire
+    assert any(not t["alert_rule_test"][0]["exp_alerts"] for t in tests["tests"])   # some stay quiet
+    out = subprocess.run([PROMTOOL, "test", "rules", "kvdiag-rules.test.yml"], capture_output=True, text=True,
+                         cwd=exported, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_wrong_expectation_makes_promtool_fail(exported, tmp_path):
+    """The generated tests can fail: flip one quiet case to expect an alert."""
+    tests = yaml.safe_load((exported / "kvdiag-rules.test.yml").read_text())
+    quiet = next(t for t in tests["tests"] if not t["alert_rule_test"][0]["exp_alerts"])
+    quiet["alert_rule_test"][0]["exp_alerts"] = [{"exp_labels": {"severity": "critical"}}]
+    bad = tmp_path / "bad.test.yml"
+    bad.write_text(yaml.safe_dump(tests, sort_keys=False))
+    out = subprocess.run([PROMTOOL, "test", "rules", str(bad)], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+
+
+def test_exported_rules_cases_agree_with_the_engine():
+    rules = {r.id: r for r in load_rules()}
+    alerts, skipped = exportable_alerts(list(rules.values()))
+    exported_ids = {a["labels"]["kvdiag_rule"] for a in alerts}
+    assert "CAP001" in exported_ids
+    cases = [c for f in find_case_files([builtin_rules_dir()]) for c in load_cases(f)]
+    checked = 0
+    for case in cases:
+        if case.rule_id in exported_ids and case.expect in ("fires", "quiet"):
+            assert evaluate_rule(rules[case.rule_id], case.bundle()).status == case.expect, case.name
+            checked += 1
+    assert checked >= 2
+
+
+def test_log_only_rules_are_named_in_comments_not_exported(exported):
+    text = (exported / "kvdiag-rules.yml").read_text()
+    assert "# WGT001 (weights_dont_fit): not exported" in text
+    assert "# START001 (startup_kv_capacity): not exported" in text
+    rules = yaml.safe_load(text)["groups"][0]["rules"]
+    assert all(r["labels"]["kvdiag_class"] not in ("weights_dont_fit", "startup_kv_capacity") for r in rules)
+    cap = next(r for r in rules if r["labels"]["kvdiag_rule"] == "CAP001")
+    assert "vllm:kv_cache_usage_perc" in cap["expr"] and "vllm_kv_cache_usage_perc" in cap["expr"]
+    assert "vllm:gpu_cache_usage_perc" in cap["expr"]                      # V0 / V1 <= 0.10 name too
