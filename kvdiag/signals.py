@@ -260,3 +260,170 @@ def metric_signal(family: str) -> str | None:
     if name.endswith("_total"):
         name = name[: -len("_total")]
     return METRIC_TO_SIGNAL.get(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# /metrics coverage and window signals (issue 4). Appended as a block so the registry above stays
+# as it is; every name is registered in SIGNALS below.
+
+#: Histograms kvdiag reads over a window: metric base name (no prefix) → signal stem. The raw
+#: series land in ``<stem>_bucket`` (text = the ``le`` bound), ``<stem>_sum`` and ``<stem>_count``
+#: (cumulative counters, reset on restart); the window facts are ``<stem>_mean`` and
+#: ``<stem>_p50`` / ``<stem>_p95`` (Prometheus ``histogram_quantile`` over the window's bucket
+#: increases). Source: ``v1/metrics/loggers.py`` and ``engine/metrics.py`` (reference §1.2, §1.3).
+WINDOW_HISTOGRAMS: dict[str, tuple[str, str, str]] = {
+    # metric base name: (signal stem, unit, description)
+    "request_prompt_tokens": ("request_prompt_tokens", "tokens", "prompt length of finished requests"),
+    "request_generation_tokens": ("request_generation_tokens", "tokens", "output length of finished requests"),
+    "request_queue_time_seconds": ("request_queue_time", "seconds", "time finished requests spent waiting"),
+    "time_to_first_token_seconds": ("time_to_first_token", "seconds", "time to first token"),
+}
+
+_WINDOW_SIGNALS: list[Signal] = []
+for _base, (_stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
+    _src = (f"{_base}_bucket / _sum / _count (histogram; V0 and V1)",)
+    _WINDOW_SIGNALS += [
+        Signal(f"{_stem}_bucket", "counter", "requests",
+               f"histogram bucket of {_what}: cumulative count of requests ≤ the bound in ``text`` (``le``)", _src),
+        Signal(f"{_stem}_sum", "counter", _unit, f"histogram sum of {_what} (cumulative)", _src),
+        Signal(f"{_stem}_count", "counter", "requests", f"histogram count of {_what} (cumulative)", _src),
+        Signal(f"{_stem}_mean", "fact", _unit,
+               f"mean {_what} over the window: Δsum / Δcount with counter resets (derived)", _src),
+        Signal(f"{_stem}_p50", "fact", _unit,
+               f"median {_what} over the window: histogram_quantile(0.5) of the bucket increases (derived)", _src),
+        Signal(f"{_stem}_p95", "fact", _unit,
+               f"95th percentile {_what} over the window: histogram_quantile(0.95) of the bucket increases "
+               "(derived)", _src),
+    ]
+_WINDOW_SIGNALS += [
+    Signal("prefix_cache_hit_rate_window", "fact", "ratio",
+           "prefix-cache hit rate over the whole window: Δprefix_cache_hits / Δprefix_cache_queries with counter "
+           "resets, never the cumulative ratio (derived)",
+           ("prefix_cache_{hits,queries}_total (0.9+)", "gpu_prefix_cache_{hits,queries}_total (V1 0.7-0.10)")),
+    Signal("kv_cache_usage_high_seconds", "fact", "seconds",
+           "time kv_cache_usage spent at or above 95 % in the window (each sample holds until the next) (derived)"),
+    Signal("kv_cache_usage_high_ratio", "fact", "ratio",
+           "share of the window kv_cache_usage spent at or above 95 % (derived)"),
+    Signal("counter_resets", "event", "count",
+           "a counter fell between two samples: the server (or one of its processes) restarted; text = counter "
+           "(derived; PromQL resets())"),
+    Signal("num_requests_waiting_capacity", "gauge", "requests",
+           "waiting requests held back by scheduling capacity (KV), not deferred by LoRA / KV transfer",
+           ("num_requests_waiting_by_reason{reason=\"capacity\"} (0.24+)",)),
+]
+for _s in _WINDOW_SIGNALS:
+    SIGNALS.setdefault(_s.name, _s)
+
+# Further /metrics names that feed a signal (keys as in METRIC_TO_SIGNAL).
+METRIC_TO_SIGNAL.update({
+    "num_requests_waiting_by_reason": "num_requests_waiting_capacity",  # only reason="capacity" is kept
+})
+
+#: Alternative names of one quantity, best first. When a page (or a Prometheus instance) has
+#: several, only the best is read: V1 0.9-0.10 expose both ``kv_cache_usage_perc`` and
+#: ``gpu_cache_usage_perc`` and both prefix-cache counter pairs (reference §5 Renames); summing
+#: them would double the counters.
+METRIC_ALIASES: dict[str, tuple[str, ...]] = {
+    "kv_cache_usage": ("kv_cache_usage_perc", "gpu_cache_usage_perc"),
+    "prefix_cache_queries": ("prefix_cache_queries", "gpu_prefix_cache_queries"),
+    "prefix_cache_hits": ("prefix_cache_hits", "gpu_prefix_cache_hits"),
+    "time_to_first_token": ("time_to_first_token_seconds",),
+}
+
+#: Every other vLLM metric of reference §1, with why kvdiag does not read it. A name that is in
+#: neither this table nor METRIC_TO_SIGNAL / WINDOW_HISTOGRAMS / cache_config_info is new to
+#: kvdiag; tests check the reference's list against these tables.
+IGNORED_METRICS: dict[str, str] = {
+    "lora_requests_info": "LoRA adapter bookkeeping, not KV",
+    "engine_sleep_state": "sleep mode, not KV pressure",
+    "num_requests_kv_fetch_by_stage": "KV-connector consumer state (0.33), out of scope",
+    "iteration_tokens": "batch size in tokens per step, not KV occupancy",
+    "request_max_num_generation_tokens": "requested budget; the finished lengths are read instead",
+    "request_params_max_tokens": "requested budget; the finished lengths are read instead",
+    "request_params_n": "n per request",
+    "request_params_best_of": "best_of per request (0.4-0.5)",
+    "request_success": "finished requests by reason, not KV",
+    "time_per_output_token_seconds": "decode latency, not KV (renamed inter_token_latency_seconds)",
+    "inter_token_latency_seconds": "decode latency, not KV",
+    "request_time_per_output_token_seconds": "decode latency, not KV",
+    "e2e_request_latency_seconds": "latency symptom; queue time is read instead",
+    "request_inference_time_seconds": "latency symptom; queue time is read instead",
+    "request_prefill_time_seconds": "latency symptom; queue time is read instead",
+    "request_decode_time_seconds": "latency symptom; queue time is read instead",
+    "time_in_queue_requests": "V0 0.6-0.7 duplicate of request_queue_time_seconds",
+    "model_forward_time_milliseconds": "V0 0.6-0.7 forward time, not KV",
+    "model_execute_time_milliseconds": "V0 0.6-0.7 execute time, not KV",
+    "avg_prompt_throughput_toks_per_s": "V0 0.4-0.6 gauge; the log line gives the same",
+    "avg_generation_throughput_toks_per_s": "V0 0.4-0.6 gauge; the log line gives the same",
+    "cpu_prefix_cache_hit_rate": "V0 CPU-side prefix cache, not the GPU pool",
+    "spec_decode_draft_acceptance_rate": "speculative decoding, not KV",
+    "spec_decode_efficiency": "speculative decoding, not KV",
+    "spec_decode_num_accepted_tokens": "speculative decoding, not KV",
+    "spec_decode_num_draft_tokens": "speculative decoding, not KV",
+    "spec_decode_num_emitted_tokens": "speculative decoding, not KV",
+    "tokens": "V0 0.6-0.7 counter declared but never incremented",
+    "request_num_preemptions": "per-request preemption histogram (0.33); num_preemptions_total is read",
+    "external_prefix_cache_queries": "KV-connector (cross-instance) cache, not the local pool",
+    "external_prefix_cache_hits": "KV-connector (cross-instance) cache, not the local pool",
+    "prompt_tokens_cached": "local + external cached tokens; prefix_cache_hits is read",
+    "prompt_tokens_by_source": "split of prompt_tokens by source; prefix_cache_hits is read",
+    "prompt_tokens_cached_by_source": "tier of cache hits (0.33)",
+    "prompt_tokens_recomputed": "0.16 only; cached tokens recomputed",
+    "request_prefill_kv_computed_tokens": "prompt minus cached tokens per request",
+    "mm_cache_queries": "multimodal cache, not KV",
+    "mm_cache_hits": "multimodal cache, not KV",
+    "kv_block_lifetime_seconds": "sampled block residency (--kv-cache-metrics only)",
+    "kv_block_idle_before_evict_seconds": "sampled block residency (--kv-cache-metrics only)",
+    "kv_block_reuse_gap_seconds": "sampled block residency (--kv-cache-metrics only)",
+    "corrupted_requests": "NaN logits (VLLM_COMPUTE_NANS_IN_LOGITS), not KV",
+    "admission_rejections": "front-end queue-limit rejections (0.33), not KV",
+    "estimated_flops_per_gpu": "performance estimate, not KV",
+    "estimated_read_bytes_per_gpu": "performance estimate, not KV",
+    "estimated_write_bytes_per_gpu": "performance estimate, not KV",
+}
+
+
+def metric_base(name: str) -> str | None:
+    """The bare vLLM metric name: prefix (``vllm:``, ``vllm_``, ``ray_vllm:``) and ``_total`` /
+    histogram suffixes removed; ``None`` for a non-vLLM name.
+
+    ``vllm:iteration_tokens_total_bucket`` → ``iteration_tokens``; ``vllm_num_preemptions_total`` →
+    ``num_preemptions``; ``vllm:x_created`` → ``x_created`` (callers skip ``_created``).
+    """
+    for prefix in VLLM_PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    else:
+        return None
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and name[: -len(suffix)] and not name.endswith("_total_count"):
+            stem = name[: -len(suffix)]
+            if stem in WINDOW_HISTOGRAMS or stem in IGNORED_METRICS or stem.removesuffix("_total") in IGNORED_METRICS:
+                name = stem
+                break
+    if name.endswith("_total"):
+        name = name[: -len("_total")]
+    return name
+
+
+def classify_metric(name: str) -> tuple[str, str]:
+    """How kvdiag treats one vLLM metric name: ``("signal", SIGNAL)``, ``("histogram", STEM)``,
+    ``("facts", "cache_config_info")``, ``("ignored", REASON)`` or ``("unknown", "")``.
+
+    Accepts every spelling :func:`metric_signal` accepts, with or without ``_total`` / ``_bucket``.
+    """
+    base = metric_base(name)
+    if base is None:
+        return "unknown", ""
+    if base.endswith("_created"):
+        return "ignored", "creation time of a counter or histogram (§1.0)"
+    if base in ("cache_config_info", "cache_config"):
+        return "facts", "cache_config_info"
+    if base in WINDOW_HISTOGRAMS:
+        return "histogram", WINDOW_HISTOGRAMS[base][0]
+    if base in METRIC_TO_SIGNAL:
+        return "signal", METRIC_TO_SIGNAL[base]
+    if base in IGNORED_METRICS:
+        return "ignored", IGNORED_METRICS[base]
+    return "unknown", ""

@@ -1,18 +1,28 @@
-"""Read vLLM ``/metrics`` pages (saved files or a live endpoint) into a :class:`~kvdiag.bundle.Bundle`.
+"""Read vLLM ``/metrics`` pages (saved files, recordings or live endpoints) into a :class:`~kvdiag.bundle.Bundle`.
 
-Pages are parsed with prometheus-client's parsers (text format 0.0.4; OpenMetrics when the
-Content-Type or the ``# EOF`` line says so). Names are mapped to signals by
-:func:`kvdiag.signals.metric_signal`, so the V0 and V1 names, the ``vllm_`` spelling and the
-``ray_vllm:`` prefix all land on the same signal. Series of several data-parallel engines (label
-``engine``) or API-server processes (label ``pid``) are combined per page: usage ratios by ``max``
-(a gauge split across API-server processes shows the real value on one series only, vLLM issue
-28792), request counts and counters by ``sum``.
+Pages are parsed with prometheus-client's parsers: text format 0.0.4, or OpenMetrics when the
+Content-Type says ``application/openmetrics-text`` or the page ends with ``# EOF``. Names are
+mapped to signals by :func:`kvdiag.signals.classify_metric`, so the V0 and V1 names, the renames
+(``gpu_cache_usage_perc`` → ``kv_cache_usage_perc``, ``gpu_prefix_cache_*`` → ``prefix_cache_*``),
+the ``vllm_`` spelling and the ``ray_vllm:`` prefix all land on the same signal; when a page has
+both the old and the new name of one quantity (V1 0.9–0.10), only the new one is read
+(:data:`kvdiag.signals.METRIC_ALIASES`). Series of several data-parallel engines (label ``engine``),
+served model names (``model_name``) or API-server processes (``pid``) are combined per instant:
+usage ratios by ``max`` (a gauge split across API-server processes shows the real value on one
+series only, vLLM issue 28792), request counts, counters and histogram buckets by ``sum``.
+
+A recording (:mod:`kvdiag.record`) is OpenMetrics with a timestamp on every sample; it is read
+instant by instant, so a replay sees the same series a live scrape saw.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from http import HTTPStatus
 import math
+import re
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,10 +34,12 @@ from urllib3.util.retry import Retry
 
 from ..bundle import Bundle, InputInfo, iso
 from ..errors import InputError, ScrapeError
-from ..signals import CACHE_CONFIG_LABELS, SIGNALS, VLLM_PREFIXES, metric_signal
+from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _MAX_SIGNALS = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate"}
+_ALIAS_RANK = {name: rank for names in METRIC_ALIASES.values() for rank, name in enumerate(names)}
+ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"  # OpenMetrics 1.0 from prometheus-client escapes ":" to "_"
 
 
 def _fmt_labels(labels: dict) -> str:
@@ -56,14 +68,44 @@ def parse_page(text: str, origin: str, openmetrics: bool = False) -> list:
         raise InputError(f"{origin}: not Prometheus {'OpenMetrics' if use_om else 'text'} format: {exc}") from None
 
 
-def add_page(bundle: Bundle, families: list, origin: str, t: float | None) -> int:
+@dataclass
+class PageInfo:
+    """What the pages of one server said about themselves (for the report's input notes)."""
+
+    engines: set = field(default_factory=set)
+    models: set = field(default_factory=set)
+    prefix_unit_blocks: bool = False
+
+    def notes(self) -> list[str]:
+        out = []
+        if len(self.engines) > 1:
+            out.append(f"{len(self.engines)} data-parallel engines ({', '.join(sorted(self.engines))}): "
+                       "usage by max, counts by sum")
+        if len(self.models) > 1:
+            out.append(f"{len(self.models)} model names ({', '.join(sorted(self.models))}) combined")
+        if self.prefix_unit_blocks:
+            out.append("prefix-cache counters counted blocks (vLLM V1 0.7-0.8): scaled by block_size to tokens")
+        return out
+
+
+def _le(raw: str) -> str:
+    return "inf" if raw in ("+Inf", "Inf", "inf") else repr(float(raw))
+
+
+def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info: PageInfo | None = None) -> int:
     """Add the vLLM samples of one parsed page to ``bundle``; return how many observations it added.
 
     ``t`` is the scrape time (Unix seconds) or ``None`` for a saved page without timestamps; a
-    sample's own timestamp wins over ``t``.
+    sample's own timestamp wins over ``t``. Samples are combined per (signal, ``le``, instant).
+    V1 0.7–0.8 prefix-cache counters (``gpu_prefix_cache_*`` on a page without
+    ``kv_cache_usage_perc``) count blocks; they are scaled by the page's ``block_size`` to tokens.
     """
     before = len(bundle)
-    combined: dict[str, tuple[float, str, float | None]] = {}
+    info = info if info is not None else PageInfo()
+    # (signal, text, ts) -> [value, source, alias_rank]
+    combined: dict[tuple, list] = {}
+    has_new_usage = False
+    page_block_size = None
     for fam in families:
         for s in fam.samples:
             name = s.name
@@ -74,30 +116,63 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None) -> in
             if not name.startswith(VLLM_PREFIXES):
                 continue
             ts = float(s.timestamp) if s.timestamp is not None else t
-            if name.endswith("cache_config_info") or fam.name.endswith("cache_config"):
-                _cache_config(bundle, s.labels, f"metric:{name}" + (f"@{iso(ts)}" if ts is not None else f" in {origin}"),
-                              ts)
+            at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
+            how, what = classify_metric(name)
+            if how == "facts":
+                _cache_config(bundle, s.labels, f"metric:{name}{at}", ts)
+                bs = s.labels.get("block_size")
+                if bs not in (None, "None", ""):
+                    try:
+                        page_block_size = float(bs)
+                    except ValueError:
+                        pass
                 continue
-            signal = metric_signal(name)
-            if signal is None or math.isnan(s.value):
+            if how not in ("signal", "histogram") or math.isnan(s.value):
                 continue
+            if "engine" in s.labels:
+                info.engines.add(s.labels["engine"])
+            if "model_name" in s.labels:
+                info.models.add(s.labels["model_name"])
+            base = metric_base(name)
+            text = ""
+            if how == "histogram":
+                suffix = name.rsplit("_", 1)[-1]
+                if suffix not in ("bucket", "sum", "count"):
+                    continue
+                signal = f"{what}_{suffix}"
+                if suffix == "bucket":
+                    text = _le(s.labels.get("le", "+Inf"))
+            else:
+                signal = what
+                if base == "num_requests_waiting_by_reason" and s.labels.get("reason") != "capacity":
+                    continue
+            if base == "kv_cache_usage_perc":
+                has_new_usage = True
             value = float(s.value)
             if signal == "prefix_cache_hit_rate" and value < 0:
                 continue  # V0: -1 means prefix caching is off
-            at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
+            rank = _ALIAS_RANK.get(base, 0)
             src = f"metric:{name}{_fmt_labels(s.labels)}{at}"
-            if signal in combined:
-                old_v, old_src, _ = combined[signal]
-                if signal in _MAX_SIGNALS:
-                    if value > old_v:
-                        combined[signal] = (value, src, ts)
-                else:
-                    combined[signal] = (old_v + value, old_src + " (+ other series, summed)"
-                                        if "summed" not in old_src else old_src, ts)
+            key = (signal, text, ts)
+            old = combined.get(key)
+            if old is None or rank < old[2]:
+                combined[key] = [value, src, rank, base]
+            elif rank > old[2]:
+                continue  # an older alias of a quantity this page already gives under its new name
+            elif signal in _MAX_SIGNALS:
+                if value > old[0]:
+                    combined[key] = [value, src, rank, base]
             else:
-                combined[signal] = (value, src, ts)
-    for signal, (value, src, ts) in combined.items():
-        bundle.add(signal, value, src, t=ts)
+                old[0] += value
+                if "summed" not in old[1]:
+                    old[1] += " (+ other series, summed)"
+    for (signal, text, ts), (value, src, _rank, base) in combined.items():
+        if base.startswith("gpu_prefix_cache_") and not has_new_usage:
+            info.prefix_unit_blocks = True
+            if page_block_size:
+                value *= page_block_size
+                src += f" × block_size {page_block_size:.0f} (blocks in vLLM 0.7-0.8)"
+        bundle.add(signal, value, src, t=ts, text=text)
     return len(bundle) - before
 
 
@@ -118,8 +193,64 @@ def _cache_config(bundle: Bundle, labels: dict, src: str, t: float | None) -> No
                 continue
 
 
-def read_metrics_file(bundle: Bundle, path: str) -> InputInfo:
-    """Read a saved ``/metrics`` page (one instant) into ``bundle``.
+_SAMPLE = re.compile(r"^(?P<series>[^\s{]+(?:\{.*\})?)\s+(?P<value>\S+)(?:\s+(?P<ts>\S+))?\s*$")
+
+
+def split_by_time(text: str) -> list[tuple[float, str]] | None:
+    """Split an OpenMetrics recording into one page per timestamp, in time order.
+
+    prometheus-client's OpenMetrics parser checks histograms per sample and rejects several
+    points of one histogram in one family, which a recording has; so each instant becomes its
+    own page (family headers repeated), parsed by the library as usual. Returns ``None`` when
+    the text has no sample timestamps (then it is one instant).
+    """
+    headers: list[str] = []
+    family = None
+    pages: dict[float, list[str]] = {}
+    family_lines: dict[float, list[str]] = {}
+    seen_ts = False
+
+    def flush():
+        for ts, lines in family_lines.items():
+            pages.setdefault(ts, []).extend(headers + lines)
+        family_lines.clear()
+
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            if line.startswith("# EOF"):
+                break
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP", "UNIT"):
+                if parts[2] != family:
+                    flush()
+                    headers, family = [], parts[2]
+                headers.append(line)
+            continue
+        body = line.split(" # ", 1)[0]  # drop an exemplar
+        m = _SAMPLE.match(body)
+        if m is None or m.group("ts") is None:
+            return None if not seen_ts else _bad_line(line)
+        seen_ts = True
+        try:
+            ts = float(m.group("ts"))
+        except ValueError:
+            return None
+        family_lines.setdefault(ts, []).append(line)
+    flush()
+    if not seen_ts:
+        return None
+    return [(ts, "\n".join(lines) + "\n# EOF\n") for ts, lines in sorted(pages.items())]
+
+
+def _bad_line(line: str):
+    raise InputError(f"recording has a sample without a timestamp among timestamped ones: {line[:120]!r}")
+
+
+def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None) -> InputInfo:
+    """Read a saved ``/metrics`` page (one instant) or a recording (OpenMetrics, a timestamp on every
+    sample, ``# EOF``; several instants) into ``bundle``.
 
     Raises:
         InputError: missing, a directory, empty, binary, or not Prometheus text / OpenMetrics.
@@ -134,35 +265,83 @@ def read_metrics_file(bundle: Bundle, path: str) -> InputInfo:
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     text = raw.decode("utf-8", errors="replace")
-    families = parse_page(text, path)
-    info = InputInfo(kind="metrics-file", name=path, records=1)
-    info.observations = add_page(bundle, families, path, None)
-    if info.observations == 0:
-        info.notes.append("no vllm: series on this page")
-    bundle.inputs.append(info)
-    return info
+    page_info = info if info is not None else PageInfo()
+    if text.rstrip().endswith("# EOF") and "\x00" not in text:
+        try:
+            instants = split_by_time(text)
+        except InputError as exc:
+            raise InputError(f"{path}: {exc}") from None
+    else:
+        instants = None
+    if instants:
+        res = InputInfo(kind="metrics-file", name=path, records=len(instants))
+        for ts, page in instants:
+            res.observations += add_page(bundle, parse_page(page, f"{path} @ {ts:.3f}", openmetrics=True), path, ts,
+                                         page_info)
+        res.notes.append(f"recording: {len(instants)} instant(s) {iso(instants[0][0])} .. {iso(instants[-1][0])}")
+    else:
+        families = parse_page(text, path)
+        res = InputInfo(kind="metrics-file", name=path, records=1)
+        res.observations = add_page(bundle, families, path, None, page_info)
+    if res.observations == 0:
+        res.notes.append("no vllm: series on this page")
+    if info is None:
+        res.notes += page_info.notes()
+    bundle.inputs.append(res)
+    return res
 
 
-def make_session(retries: int = 2, backoff: float = 0.2) -> requests.Session:
-    """A requests session with urllib3 retries (connect errors, 502/503/504) and exponential back-off."""
+# --- HTTP -----------------------------------------------------------------------------------------
+@dataclass
+class HttpOptions:
+    """How kvdiag talks HTTP to /metrics endpoints and Prometheus servers.
+
+    Attributes:
+        timeout: seconds one request may take in all (connect, headers and body); never exceeded by
+            more than one read's worth.
+        retries: retries of refused connections and HTTP 502/503/504, with exponential back-off.
+        backoff: urllib3 ``backoff_factor`` (seconds).
+        headers: extra request headers (``--header 'Name: value'``, ``--bearer-token-file``).
+        verify: TLS verification: ``True`` (system CAs), a CA bundle path (``--ca-cert``) or ``False``
+            (``--insecure``).
+    """
+
+    timeout: float = 5.0
+    retries: int = 2
+    backoff: float = 0.2
+    headers: dict = field(default_factory=dict)
+    verify: bool | str = True
+
+
+def make_session(retries: int = 2, backoff: float = 0.2, opts: HttpOptions | None = None) -> requests.Session:
+    """A requests session with urllib3 retries (refused connections, 502/503/504), exponential back-off,
+    the extra headers and the TLS setting of ``opts``."""
+    if opts is not None:
+        retries, backoff = opts.retries, opts.backoff
     session = requests.Session()
     retry = Retry(total=retries, connect=retries, read=0, status=retries, backoff_factor=backoff,
-                  status_forcelist=(502, 503, 504), allowed_methods=("GET",), raise_on_status=False)
+                  status_forcelist=(502, 503, 504), allowed_methods=("GET", "POST"), raise_on_status=False)
     session.mount("http://", HTTPAdapter(max_retries=retry))
     session.mount("https://", HTTPAdapter(max_retries=retry))
+    if opts is not None:
+        session.headers.update(opts.headers)
+        session.verify = opts.verify
     return session
 
 
-def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tuple[list, float]:
-    """GET ``url`` once and parse it. Returns ``(families, unix_time)``.
+def http_get(session: requests.Session, url: str, timeout: float, *, params: dict | None = None,
+             accept: str = ACCEPT, max_bytes: int = MAX_BODY_BYTES, what: str = "a /metrics page") -> tuple[bytes, str, int]:
+    """GET ``url`` with a total deadline of ``timeout`` seconds; return ``(body, content_type, status)``.
 
     Raises:
-        ScrapeError: refused, timed out, HTTP error status, body too large, or not a /metrics page.
+        ScrapeError: refused, timed out, TLS failure, body larger than ``max_bytes``, body cut off.
     """
-    t = time.time()
+    deadline = time.monotonic() + timeout
     try:
-        resp = session.get(url, timeout=timeout, stream=True,
-                           headers={"Accept": "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"})
+        resp = session.get(url, params=params, timeout=(timeout / 3, timeout), stream=True, headers={"Accept": accept})
+    except requests.exceptions.SSLError as exc:
+        reason = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else "TLS error"
+        raise ScrapeError(f"{url}: {reason} (use --ca-cert FILE, or --insecure)") from None
     except requests.exceptions.ConnectTimeout:
         raise ScrapeError(f"{url}: connection timed out after {timeout:g}s") from None
     except requests.exceptions.ReadTimeout:
@@ -173,19 +352,35 @@ def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tu
     except requests.exceptions.RequestException as exc:
         raise ScrapeError(f"{url}: {exc.__class__.__name__}: {exc}") from None
     with resp:
-        if resp.status_code >= 400:
-            raise ScrapeError(f"{url}: HTTP {resp.status_code} {resp.reason}, expected 200 with a /metrics page")
         chunks, size = [], 0
         try:
             for chunk in resp.iter_content(65536):
                 size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise ScrapeError(f"{url}: body larger than {MAX_BODY_BYTES // 2**20} MiB, not a /metrics page")
+                if size > max_bytes:
+                    raise ScrapeError(f"{url}: body larger than {max_bytes // 2**20} MiB, not {what}")
+                if time.monotonic() > deadline:
+                    raise ScrapeError(f"{url}: body not complete within {timeout:g}s")
                 chunks.append(chunk)
+        except requests.exceptions.ReadTimeout:
+            raise ScrapeError(f"{url}: body stalled, no data within {timeout:g}s") from None
         except requests.exceptions.RequestException as exc:
-            raise ScrapeError(f"{url}: body cut off: {exc.__class__.__name__}") from None
-        ctype = resp.headers.get("Content-Type", "")
-    text = b"".join(chunks).decode("utf-8", errors="replace")
+            raise ScrapeError(f"{url}: body cut off ({exc.__class__.__name__})") from None
+        return b"".join(chunks), resp.headers.get("Content-Type", ""), resp.status_code
+
+
+def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tuple[list, float]:
+    """GET ``url`` once and parse it. Returns ``(families, unix_time)``.
+
+    Raises:
+        ScrapeError: refused, timed out, HTTP error status, body too large or cut off, or not a /metrics page.
+    """
+    t = time.time()
+    body, ctype, status = http_get(session, url, timeout)
+    if status >= 400:
+        reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        hint = " (give credentials with --header or --bearer-token-file)" if status in (401, 403) else ""
+        raise ScrapeError(f"{url}: HTTP {status} {reason}, expected 200 with a /metrics page{hint}")
+    text = body.decode("utf-8", errors="replace")
     try:
         families = parse_page(text, url, openmetrics="openmetrics" in ctype.lower())
     except InputError as exc:
@@ -193,44 +388,110 @@ def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tu
     return families, t
 
 
-def scrape(bundle: Bundle, url: str, duration: float, interval: float, timeout: float = 5.0,
-           progress: bool | None = None) -> InputInfo:
-    """Scrape ``url`` every ``interval`` seconds for ``duration`` seconds (at least once).
+@dataclass
+class Target:
+    """One /metrics endpoint being scraped: its bundle, what was read, and why it failed (if it did)."""
 
-    The first scrape must succeed; later failures are counted in ``InputInfo.skipped`` with the
-    reason in ``notes`` and the window goes on.
+    url: str
+    bundle: Bundle
+    info: InputInfo
+    page: PageInfo = field(default_factory=PageInfo)
+    error: str | None = None
+    last_usage: float | None = None
+
+
+def _scrape_loop(target: Target, session: requests.Session, duration: float, interval: float, timeout: float,
+                 start: float, stop: threading.Event, on_page=None) -> None:
+    n = 0
+    while not stop.is_set():
+        try:
+            families, t = scrape_once(session, target.url, timeout)
+            target.info.observations += add_page(target.bundle, families, target.url, t, target.page)
+            target.info.records += 1
+            if on_page is not None:
+                on_page(families, t)
+            u = target.bundle.signal("kv_cache_usage") if target.bundle.has("kv_cache_usage") else None
+            target.last_usage = None if u is None or u.empty else float(u["value"].iloc[-1])
+        except ScrapeError as exc:
+            if target.info.records == 0 and n == 0:
+                target.error = str(exc)
+                return
+            target.info.skipped += 1
+            if len(target.info.notes) < 5:
+                target.info.notes.append(f"scrape failed: {exc}")
+        n += 1
+        elapsed = time.monotonic() - start
+        if elapsed + interval > duration + 1e-9:
+            return
+        stop.wait(max(0.0, start + n * interval - time.monotonic()))
+
+
+def scrape_targets(urls: list[str], duration: float, interval: float, opts: HttpOptions | None = None,
+                   progress: bool | None = None, on_page=None) -> list[Target]:
+    """Scrape every URL every ``interval`` seconds for ``duration`` seconds (at least once), all at once.
+
+    One thread per URL; each has its own bundle. A URL whose first scrape fails stops there with
+    ``error`` set (the others go on); later failures are counted in ``info.skipped`` with the
+    reason in ``info.notes``. While the window runs, a progress line on stderr (when it is a
+    terminal, or ``progress=True``) shows the scrapes done, the time left and the last KV usage.
+    ``on_page(families, t)`` is called for every page of a single URL (used by ``kvdiag record``).
+    """
+    opts = opts or HttpOptions()
+    targets = [Target(url=u, bundle=Bundle(), info=InputInfo(kind="metrics-url", name=u)) for u in urls]
+    show = sys.stderr.isatty() if progress is None else progress
+    stop = threading.Event()
+    start = time.monotonic()
+    threads = [threading.Thread(target=_scrape_loop, daemon=True,
+                                args=(tg, make_session(opts=opts), duration, interval, opts.timeout, start, stop,
+                                      on_page if len(urls) == 1 else None))
+               for tg in targets]
+    for th in threads:
+        th.start()
+    try:
+        while any(th.is_alive() for th in threads):
+            for th in threads:
+                th.join(timeout=0.5)
+                if th.is_alive():
+                    break
+            if show:
+                elapsed = min(time.monotonic() - start, duration)
+                done = sum(tg.info.records for tg in targets)
+                failed = sum(1 for tg in targets if tg.error)
+                usage = [tg.last_usage for tg in targets if tg.last_usage is not None]
+                line = (f"\rkvdiag: {len(targets)} server(s), {done} scrape(s), {elapsed:.0f}/{duration:.0f}s"
+                        + (f", KV usage up to {max(usage):.1%}" if usage else "")
+                        + (f", {failed} failed" if failed else "") + " ")
+                sys.stderr.write(line)
+                sys.stderr.flush()
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    if show:
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+    for tg in targets:
+        if tg.info.observations == 0 and not tg.error:
+            tg.info.notes.append("no vllm: series on this endpoint")
+        tg.info.notes += tg.page.notes()
+        tg.bundle.inputs.append(tg.info)
+    return targets
+
+
+def scrape(bundle: Bundle, url: str, duration: float, interval: float, timeout: float = 5.0,
+           progress: bool | None = None, opts: HttpOptions | None = None) -> InputInfo:
+    """Scrape one ``url`` into ``bundle`` every ``interval`` seconds for ``duration`` seconds (at least once).
 
     Raises:
         ScrapeError: the first scrape failed (refused, timeout, HTTP error, not a /metrics page).
     """
-    info = InputInfo(kind="metrics-url", name=url)
-    session = make_session()
-    show = sys.stderr.isatty() if progress is None else progress
-    start = time.monotonic()
-    n = 0
-    while True:
-        try:
-            families, t = scrape_once(session, url, timeout)
-            added = add_page(bundle, families, url, t)
-            info.records += 1
-            info.observations += added
-        except ScrapeError as exc:
-            if info.records == 0 and n == 0:
-                raise
-            info.skipped += 1
-            if len(info.notes) < 5:
-                info.notes.append(f"scrape failed: {exc}")
-        n += 1
-        elapsed = time.monotonic() - start
-        if show:
-            sys.stderr.write(f"\rkvdiag: scraping {url}: {n} scrape(s), {elapsed:.0f}/{duration:.0f}s ")
-            sys.stderr.flush()
-        if elapsed + interval > duration + 1e-9:
-            break
-        time.sleep(max(0.0, start + n * interval - time.monotonic()))
-    if show:
-        sys.stderr.write("\n")
-    if info.observations == 0:
-        info.notes.append("no vllm: series on this endpoint")
-    bundle.inputs.append(info)
-    return info
+    if opts is None:
+        opts = HttpOptions(timeout=timeout)
+    (target,) = scrape_targets([url], duration, interval, opts, progress)
+    if target.error:
+        raise ScrapeError(target.error)
+    frame = target.bundle.frame()
+    for row in frame.itertuples(index=False):
+        bundle.add(row.signal, None if math.isnan(row.value) else row.value, row.source,
+                   t=None if math.isnan(row.t) else row.t, text=row.text, segment=row.segment)
+    bundle.inputs.append(target.info)
+    return target.info
