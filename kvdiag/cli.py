@@ -263,6 +263,31 @@ def rules_test(ctx, cases_dir, rules_dirs, verbose) -> None:
     ctx.exit(1 if failed else 0)
 
 
+@rules.command("test")
+@click.argument("cases_dir", required=False, type=click.Path(file_okay=False))
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
+@click.option("-v", "--verbose", is_flag=True, help="Print every case, not only failures.")
+@click.pass_context
+def rules_test(ctx, cases_dir, rules_dirs, verbose) -> None:
+    """Run rule case files (default: the shipped rules' cases). Exit 0 all pass, 1 a case failed, 3 bad files."""
+    from .engine.runcases import all_cases, run_case
+
+    rules = load_rules(list(rules_dirs))
+    failed = 0
+    cases = all_cases([cases_dir] if cases_dir else None)
+    if not cases:
+        raise click.UsageError(f"no case files under {cases_dir or 'the shipped rules'} (expected cases/*.yaml)")
+    for case in cases:
+        res = run_case(case, rules)
+        if not res.ok:
+            failed += 1
+        if verbose or not res.ok:
+            mark = "ok  " if res.ok else "FAIL"
+            click.echo(f"{mark} {case.rule_id} {case.name}: expected {case.expect}, got {res.got} — {res.message}")
+    click.echo(f"{len(cases) - failed} passed, {failed} failed ({len(cases)} cases)")
+    ctx.exit(1 if failed else 0)
+
+
 @rules.command("explain")
 @click.argument("rule_id")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")

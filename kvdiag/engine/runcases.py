@@ -1,0 +1,56 @@
+"""Run rule case files (``kvdiag/engine/cases.py`` format) through the real derive + evaluate path.
+
+Used by ``kvdiag rules test [CASES_DIR]`` and by ``tests/test_rule_cases.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..derive import derive
+from ..errors import RuleFileError
+from .cases import Case, find_case_files, load_cases
+from .evaluate import evaluate_rule
+from .model import Rule, builtin_rules_dir
+
+
+@dataclass
+class CaseResult:
+    """One case's outcome; ``ok`` when the rule's status equals the case's ``expect``."""
+
+    case: Case
+    got: str
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.got == self.case.expect
+
+
+def run_case(case: Case, rules: list[Rule]) -> CaseResult:
+    """Build the case's bundle, derive signals, evaluate its rule.
+
+    Raises:
+        RuleFileError: the case names a rule id that is not loaded.
+    """
+    rule = next((r for r in rules if r.id == case.rule_id), None)
+    if rule is None:
+        raise RuleFileError(f"{case.path}: no rule {case.rule_id!r} (see 'kvdiag rules list')")
+    bundle = case.bundle()
+    derive(bundle)
+    f = evaluate_rule(rule, bundle)
+    return CaseResult(case, f.status, f.message if f.status != "unknown" else f.reason)
+
+
+def all_cases(dirs: list[str | Path] | None = None) -> list[Case]:
+    """Every case under ``dirs`` (default: the shipped rules' ``cases/`` folders).
+
+    Raises:
+        RuleFileError: a folder is missing or a case file is invalid.
+    """
+    folders = [Path(d) for d in dirs] if dirs else [builtin_rules_dir()]
+    out: list[Case] = []
+    for path in find_case_files(folders):
+        out += load_cases(path)
+    return out
