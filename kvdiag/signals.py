@@ -160,6 +160,24 @@ _SIGNALS = [
     Signal("preemption_warning", "event", "count", "V0 preemption WARNING (logged every 50th); text = mode",
            (), ("§2.6",)),
     Signal("startup_segments", "event", "count", "start-up blocks seen in a log (weights loaded / engine init)"),
+    # --- log events of the log collector (issue 3) -----------------------------------------------
+    Signal("exception", "event", "count",
+           "a Python traceback closed by its exception line; value = frames, text = 'Type in function (file) "
+           "[phase]' naming the frame that decides the phase (load, profile, kv_alloc, cudagraph, sampler, encoder, "
+           "runtime)", (), ("traceback frames + exception line, any process",)),
+    Signal("max_model_len_autofit", "event", "tokens", "max_model_len vLLM reduced to fit the KV memory (0.16+)",
+           (), ("K9 'Auto-fit max_model_len: reduced from A to B'",)),
+    Signal("startup_seconds", "fact", "seconds", "engine start-up took (profile, KV cache, warm-up)",
+           (), ("M10 'init engine (profile, create kv cache, warmup model) took S seconds'",)),
+    Signal("engine_start_failed", "event", "count", "V1 engine core failed to start (wrapper; cause logged above)",
+           (), ("E0",)),
+    Signal("memory_profiling_error", "event", "count",
+           "free memory changed during profiling (another process released memory); not a KV problem", (), ("E5",)),
+    Signal("request_rejected", "event", "tokens",
+           "V0 dropped a request the pool cannot hold; value = prompt tokens (1 when not printed), text = why",
+           (), ("'Failing the request ...'", "'Input prompt (N tokens) is too long and exceeds ...'")),
+    Signal("stats_logging_disabled", "event", "count",
+           "several API servers: vLLM logs no periodic stats line (0.10+)", (), ("'... disabling stats logging'",)),
     # --- log events of the diagnosis catalog (issue 6; parsed by the log collector) --------------
     Signal("oom_other_processes_bytes", "event", "bytes",
            "memory of the other processes an OOM text lists ('Process N has X memory in use', §2.7)", (), ("§2.7",)),

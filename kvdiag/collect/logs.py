@@ -1,26 +1,35 @@
 """Read vLLM logs (V0 0.4–0.10 and V1 0.7–0.33 line formats) into a :class:`~kvdiag.bundle.Bundle`.
 
-The file is read as a stream, one line at a time. Each line is cleaned (ANSI colour codes,
-``docker logs -t`` / CRI timestamps, ``(EngineCore pid=N)`` process tags, ``[rankN]:``), its
-header ``LEVEL MM-DD HH:MM:SS [file:line]`` parsed when present (the header moved from
-``file:line]`` to ``[file:line]`` at 0.8, §2.1 of the reference), and the message matched against
-the EVENTS registry below. Patterns are searched anywhere in the line, so headerless excerpts and
-lines glued behind a ``\\r`` progress bar are read too.
+The file is read as a stream of 4 MiB blocks (:mod:`kvdiag.collect.logread`): only physical lines
+holding one of the events' *needles* (literal text every match contains, taken from each
+pattern) are decoded. Each such record is cleaned (Docker json-file envelope, ``docker logs -t`` /
+CRI timestamps, ANSI colour codes, ``(EngineCore_DP0 pid=N)`` / ``(VllmWorker rank=N pid=N)``
+process tags, ``[rankN]:``), its header ``LEVEL MM-DD HH:MM:SS [file:line]`` parsed when present
+(the header moved from ``file:line]`` to ``[file:line]`` at 0.8, §2.1 of the reference), and the
+message matched against the EVENTS registry below. Patterns are searched anywhere in the line, so
+headerless excerpts and lines glued behind a ``\\r`` progress bar are read too. Traceback frames
+are collected per process and closed by the exception line into one ``exception`` event naming
+the frame that decides the phase (``load_model``, ``profile_run``, ``capture_model``, ...).
+
+Text taken from a log is redacted (:func:`~kvdiag.collect.logread.redact`) before it is stored.
 
 Lines starting ``# [`` are editorial notes in the shared fixtures and are skipped (counted).
 """
 
 from __future__ import annotations
 
+import calendar
 from dataclasses import dataclass
 from datetime import datetime, timezone
-import gzip
+import json
 from pathlib import Path
 import re
-from typing import Callable, Iterator
+import sys
+from typing import Callable
 
 from ..bundle import Bundle, InputInfo
 from ..errors import InputError
+from .logread import RecordReader, open_log, order_paths, redact
 
 GIB = 1024 ** 3
 _UNITS = {"B": 1, "BYTES": 1, "KIB": 1024, "MIB": 1024 ** 2, "GIB": GIB, "TIB": 1024 ** 4,
@@ -31,11 +40,13 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CONTAINER_TS = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s+(?:(?:stdout|stderr)\s+[FP]\s+)?")
 PROC_TAG = re.compile(r"^\((?P<proc>[A-Za-z_][\w]*(?: rank=\d+)? pid=\d+)\)\s*")
-RANK_TAG = re.compile(r"^\[rank\d+\]:\s?")
+RANK_TAG = re.compile(r"^\[rank(\d+)\]:\s?")
 HEADER = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:(?P<mon>\d\d)-(?P<day>\d\d)\s+"
     r"(?P<time>\d\d:\d\d:\d\d)\s+)?(?:\[(?P<file1>[\w./-]+):(?P<line1>\d+)\]|(?P<file2>[\w.-]+\.py):(?P<line2>\d+)\])\s?")
 FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)')
+# last line of a traceback: 'torch.OutOfMemoryError: CUDA out of memory...', 'ValueError: ...'
+EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w]*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?::|$)")
 
 
 def size_bytes(number: str, unit: str) -> float:
@@ -76,6 +87,16 @@ PHASE_FRAMES: list[tuple[str, re.Pattern]] = [
 ]
 
 
+def deciding_frame(frames: list[tuple[str, str]]) -> tuple[str, str, str]:
+    """``(phase, function, path)`` of the frame that classifies a traceback: the innermost frame that
+    names a phase (see :func:`phase_of`), else the innermost frame with phase ``""``."""
+    for path, func in reversed(frames):
+        for phase, pattern in PHASE_FRAMES:
+            if pattern.search(func) or pattern.search(path.rsplit("/", 1)[-1]):
+                return phase, func, path
+    return ("", frames[-1][1], frames[-1][0]) if frames else ("", "", "")
+
+
 def phase_of(frames: list[tuple[str, str]]) -> str:
     """Classify an OOM by its traceback frames (list of ``(path, function)``, outermost first).
 
@@ -96,7 +117,18 @@ _num = r"(-?\d+(?:\.\d+)?)"
 
 
 class LogCollector:
-    """Parse one or more log files into a bundle. Create once per bundle; call :meth:`read`."""
+    """Parse one or more logs into a bundle. Create once per bundle; call :meth:`read` per file, in time order.
+
+    Args:
+        bundle: where observations go (source ``log:FILE:LINE``, ``t`` in Unix seconds UTC).
+        year: year of the first yearless header timestamp (``--year``); later lines roll over at New
+            Year. Default: per file, the year that puts the first line at or before the file's
+            modification date (so a log written across New Year gets the older year first).
+
+    Attributes:
+        version: vLLM version from a banner line, else ``None``.
+        formats: line formats seen (for the report's notes).
+    """
 
     def __init__(self, bundle: Bundle, year: int | None = None) -> None:
         self.bundle = bundle
@@ -106,135 +138,213 @@ class LogCollector:
         self._frames: dict[str, list[tuple[str, str]]] = {}
         self._frames_line: dict[str, int] = {}
         self._name = ""
-        self._obs_before = 0
         self.version: str | None = None
         self.formats: set[str] = set()
         self._after_startup_events: set[str] = set()
+        self._segment_signals: set[str] = set()
+        self._preemptions = 0.0
+        self._stats_pending: list[tuple[Line, dict[str, float]]] = []
+        self._engines: set[str] = set()
+        self._year_now: int | None = year
+        self._last_month: int | None = None
+        self._year_end: datetime | None = None
+        self._src_cache: tuple[int, str] = (-1, "")
+        self._step: dict[str, str] = {}
+        self.needles = event_needles()
 
     # -- reading ---------------------------------------------------------------------------------
-    def read(self, path: str) -> InputInfo:
-        """Read one log file (plain or ``.gz``) and add its observations.
+    def read(self, path: str, progress: Callable[[int, int | None], None] | None = None) -> InputInfo:
+        """Read one log (plain, ``.gz``, ``.zst``, or ``-`` for stdin) and add its observations.
+
+        Args:
+            path: file path or ``-``.
+            progress: called after each 4 MiB block with (stored bytes read, stored size or None).
 
         Raises:
-            InputError: the path is missing, a directory, unreadable, empty, or not text.
+            InputError: the path is missing, a directory, unreadable, empty, not text, or a broken archive.
         """
-        p = Path(path)
-        if not p.exists():
-            raise InputError(f"{path}: no such file")
-        if p.is_dir():
-            raise InputError(f"{path}: is a directory, expected a vLLM log file")
         info = InputInfo(kind="log", name=path)
-        self._name = p.name
+        self._name = "stdin" if path == "-" else Path(path).name
         self._frames.clear()
-        self.segment = max(self.segment, 0)
-        year = self.year or datetime.fromtimestamp(p.stat().st_mtime, tz=timezone.utc).year
+        self._frames_line.clear()
+        if self.year is None:  # per file, from its date
+            self._year_now = None
+            self._last_month = None
+            try:
+                mtime = Path(path).stat().st_mtime if path != "-" else datetime.now(timezone.utc).timestamp()
+            except OSError:
+                mtime = datetime.now(timezone.utc).timestamp()
+            self._year_end = datetime.fromtimestamp(mtime, tz=timezone.utc)
         before = len(self.bundle)
-        try:
-            opener: Callable = gzip.open if path.endswith(".gz") else open
-            with opener(path, "rb") as fh:
-                self._read_stream(fh, info, year)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        with open_log(path) as (stream, position, size):
+            on_block = (lambda: progress(position(), size)) if progress else None
+            reader = RecordReader(self.needles, path, on_block=on_block)
+            for lineno, lines in reader.read(stream):
+                self._record(lineno, lines, reader.container)
+            self._flush_stats()
+        info.records = reader.lines
         if info.records == 0:
             raise InputError(f"{path}: empty file, expected vLLM log lines")
+        info.skipped = self._skipped
+        self._skipped = 0
         info.observations = len(self.bundle) - before
+        if reader.container:
+            info.notes.append({"json": "Docker json-file lines", "ts": "container timestamps (docker -t / CRI)"}
+                              [reader.container])
         if self.version:
             info.notes.append(f"vLLM version {self.version}")
         if self.formats:
             info.notes.append("line format: " + ", ".join(sorted(self.formats)))
+            guess = version_from_formats(self.formats)
+            if guess and not self.version:
+                info.notes.append(f"vLLM version from the line format: {guess}")
+        if len(self._engines) > 1:
+            info.notes.append(f"{len(self._engines)} engines (data parallel): KV usage by max, counts by sum")
         if info.skipped:
             info.notes.append(f"skipped {info.skipped} editorial note line(s) starting '# ['")
         self.bundle.inputs.append(info)
         return info
 
-    def _read_stream(self, fh, info: InputInfo, year: int) -> None:
-        binary_lines = 0
-        prev: Line | None = None
-        container_style = False
-        last_month = None
-        year_now = year
-        for lineno, raw in enumerate(fh, 1):
-            info.records += 1
-            if b"\x00" in raw:
-                binary_lines += 1
-                if binary_lines >= 3 and binary_lines * 2 >= info.records:
-                    raise InputError(f"{info.name}:{lineno}: binary data, expected text log lines")
-                continue
-            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            if text.startswith("# ["):
-                info.skipped += 1
-                continue
-            # A progress bar glued with \r: keep the last segment that holds a log header, else all.
-            if "\r" in text:
-                parts = [s for s in text.split("\r") if s.strip()]
-                text = next((s for s in reversed(parts) if HEADER.search(s)), " ".join(parts))
+    _skipped = 0
+    _close_tb = False
+
+    def _record(self, lineno: int, lines: list[bytes], container: str) -> None:
+        """One candidate record (one or more physical lines) → cleaned :class:`Line` (s) → events."""
+        t_container = None
+        parts = []
+        for raw in lines:
+            text = raw.decode("utf-8", errors="replace")
+            if container == "json" and text.startswith("{"):
+                try:
+                    obj = json.loads(text)
+                except ValueError:
+                    obj = None
+                if isinstance(obj, dict) and isinstance(obj.get("log"), str):
+                    if t_container is None and isinstance(obj.get("time"), str):
+                        t_container = _parse_rfc3339(obj["time"])
+                    parts.append(obj["log"].rstrip("\n"))
+                    continue
+            text = text.rstrip("\r")
+            m = CONTAINER_TS.match(text) if container == "ts" else None
+            if m:
+                if t_container is None:
+                    t_container = _parse_rfc3339(m.group("ts"))
+                text = text[m.end():]
+            parts.append(text)
+        text = "".join(parts).rstrip("\r\n")
+        if text.startswith("# ["):
+            self._skipped += 1
+            return
+        if "\x1b" in text:
             text = ANSI.sub("", text)
-            t_container = None
-            m = CONTAINER_TS.match(text)
-            if m:
-                container_style = True
-                t_container = _parse_rfc3339(m.group("ts"))
-                text = text[m.end():]
-            elif container_style and prev is not None and text and not text.startswith("#"):
-                # docker wrapped a long line: this physical line continues the previous record
-                prev.msg += text
-                continue
-            if prev is not None:
-                self._dispatch(prev)
-                prev = None
-            proc = ""
-            m = PROC_TAG.match(text)
-            if m:
-                proc = m.group("proc")
-                text = text[m.end():]
-            text = RANK_TAG.sub("", text)
-            level = ""
-            t = t_container
-            h = HEADER.search(text)
-            if h:
-                level = h.group("level")
-                self.formats.add("V0 'file.py:N]' (0.4-0.7)" if h.group("file2") else "'[file:N]' (0.8+)")
-                if t is None and h.group("mon"):
-                    month = int(h.group("mon"))
-                    if last_month is not None and month < last_month and last_month - month >= 6:
-                        year_now += 1  # crossed New Year
-                    last_month = month
-                    try:
-                        t = datetime.strptime(f"{year_now}-{h.group('mon')}-{h.group('day')} {h.group('time')}",
-                                              "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-                    except ValueError:
-                        t = None
-                text = text[h.end():]  # anything before the header is a glued progress bar
-            prev = Line(lineno, t, proc, level, text)
-        if prev is not None:
-            self._dispatch(prev)
+        # A progress bar glued with \r: every \r-separated piece that holds a log header is a record;
+        # without any header the pieces are read as one text.
+        if "\r" in text:
+            pieces = [s for s in text.split("\r") if s.strip()]
+            with_header = [s for s in pieces if HEADER.search(s)]
+            for piece in with_header or [" ".join(pieces)]:
+                self._one(lineno, piece, t_container)
+        else:
+            self._one(lineno, text, t_container)
+
+    def _one(self, lineno: int, text: str, t: float | None) -> None:
+        proc = ""
+        m = PROC_TAG.match(text)
+        if m:
+            proc = m.group("proc")
+            text = text[m.end():]
+        m = RANK_TAG.match(text)
+        if m:
+            proc = proc or f"rank{m.group(1)}"
+            text = text[m.end():]
+        level = ""
+        h = HEADER.search(text)
+        if h:
+            level = h.group("level")
+            self.formats.add("V0 'file.py:N]' (0.4-0.7)" if h.group("file2") else "'[file:N]' (0.8+)")
+            if proc:
+                self.formats.add("process tag (" + re.sub(r"\d+", "N", proc) + ")")
+            if t is None and h.group("mon"):
+                t = self._header_time(int(h.group("mon")), int(h.group("day")), h.group("time"))
+            text = text[h.end():]  # anything before the header is a glued progress bar
+        self._dispatch(Line(lineno, t, proc, level, text))
+
+    def _header_time(self, month: int, day: int, hms: str) -> float | None:
+        """Yearless ``MM-DD HH:MM:SS`` (UTC, vLLM prints no zone) → Unix seconds, monotonic across New Year."""
+        if self._year_now is None:
+            end = self._year_end or datetime.now(timezone.utc)
+            self._year_now = end.year if (month, day) <= (end.month, end.day) else end.year - 1
+        if self._last_month is not None and month < self._last_month and self._last_month - month >= 6:
+            self._year_now += 1  # crossed New Year
+        self._last_month = month
+        try:
+            hh, mm, ss = (int(x) for x in hms.split(":"))
+            return float(calendar.timegm((self._year_now, month, day, hh, mm, ss, 0, 0, 0))) \
+                if 1 <= month <= 12 and 1 <= day <= 31 and hh < 24 and mm < 60 and ss < 62 else None
+        except (ValueError, OverflowError):
+            return None
 
     # -- matching --------------------------------------------------------------------------------
     def _src(self, line: Line) -> str:
-        return f"log:{self._name}:{line.lineno}"
+        if self._src_cache[0] != line.lineno:
+            self._src_cache = (line.lineno, f"log:{self._name}:{line.lineno}")
+        return self._src_cache[1]
 
     def _add(self, signal: str, value, line: Line, text: str = "") -> None:
-        self.bundle.add(signal, value, self._src(line), t=line.t, text=text, segment=self.segment)
+        self._segment_signals.add(signal)
+        self.bundle.add(signal, value, self._src(line), t=line.t, text=redact(text) if text else "",
+                        segment=self.segment)
 
     def _new_segment(self, line: Line, why: str) -> None:
         if self._seen_startup and why in self._after_startup_events:
             self.segment += 1
             self._after_startup_events.clear()
+            self._segment_signals.clear()
         self._seen_startup = True
         self._after_startup_events.add(why)
 
     def _dispatch(self, line: Line) -> None:
         msg = line.msg
         key = line.proc or "main"
-        fm = FRAME.search(msg)
-        if fm:
-            self._frames.setdefault(key, []).append((fm.group("path"), fm.group("func")))
-            self._frames_line[key] = line.lineno
+        if ", line " in msg:
+            fm = FRAME.search(msg)
+            if fm:
+                self._frames.setdefault(key, []).append((fm.group("path"), fm.group("func")))
+                self._frames_line[key] = line.lineno
+                return
+        exc = EXC_LINE.match(msg) if ("Error" in msg or "Exception" in msg) else None
+        for event in _EVENTS_COMPILED:
+            if any(n in msg for n in event[3]):
+                m = event[1].search(msg)
+                if m:
+                    event[2](self, m, line)
+        if (exc or self._close_tb) and self._frames.get(key):
+            frames = self._frames.pop(key)
+            phase, func, path = deciding_frame(frames)
+            where = f"{func} ({path.rsplit('/', 1)[-1]})" if func else "?"
+            etype = exc.group("type") if exc else "OutOfMemoryError"
+            self._add("exception", len(frames), line, text=f"{etype} in {where}" + (f" [{phase}]" if phase else ""))
+        self._close_tb = False
+
+    def _flush_stats(self) -> None:
+        """Emit the buffered periodic stats of one interval; several DP engines are combined."""
+        pending, self._stats_pending = self._stats_pending, []
+        if not pending:
             return
-        for _id, pattern, handler in EVENTS:
-            m = pattern.search(msg)
-            if m:
-                handler(self, m, line)
+        signals = dict.fromkeys(s for _, vals in pending for s in vals)
+        for signal in signals:
+            rows = [(line, vals[signal]) for line, vals in pending if signal in vals]
+            how = _DP_COMBINE.get(signal, "sum")
+            if how == "max":
+                line, value = max(rows, key=lambda r: r[1])
+            elif how == "mean":
+                line, value = rows[0][0], sum(v for _, v in rows) / len(rows)
+            else:
+                line, value = rows[0][0], sum(v for _, v in rows)
+            if signal == "num_preemptions":
+                self._preemptions += value
+                value = self._preemptions
+            self._add(signal, value, line)
 
 
 def _parse_rfc3339(ts: str) -> float | None:
@@ -250,35 +360,61 @@ def _parse_rfc3339(ts: str) -> float | None:
 
 
 # ---- handlers ----------------------------------------------------------------------------------
+_STATS_FIELDS = [
+    ("prompt_throughput", re.compile(r"Avg prompt throughput: ([\d.]+) tokens/s")),
+    ("generation_throughput", re.compile(r"Avg generation throughput: ([\d.]+) tokens/s")),
+    ("num_requests_running", re.compile(r"Running: (\d+) reqs")),
+    ("num_requests_swapped", re.compile(r"Swapped: (\d+) reqs")),
+    ("num_requests_waiting", re.compile(r"(?:Waiting|Pending): (\d+) reqs")),
+]
+_STATS_USAGE = re.compile(r"(?<!CPU )\b(?:GPU \+ host|GPU|XPU|CPU|TPU|HPU|NPU) KV cache usage: ([\d.]+)%")
+_STATS_CPU = re.compile(r"CPU KV cache usage: ([\d.]+)%")
+_STATS_HIT = re.compile(r"(?<!External )Prefix cache hit rate: ([\d.]+)%")
+_STATS_PREEMPT = re.compile(r"Preemptions: (\d+)")
+_STATS_ENGINE = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated): ")
+# how several data-parallel engines' stats lines of one interval combine (as the metrics collector does)
+_DP_COMBINE = {"kv_cache_usage": "max", "cpu_cache_usage": "max", "prefix_cache_hit_rate": "mean"}
+
+
 def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
-    """Periodic stats line (V0 engine/metrics.py, V1 v1/metrics/loggers.py; §2.5)."""
+    """Periodic stats line (V0 engine/metrics.py, V1 v1/metrics/loggers.py; §2.5).
+
+    Percentages become 0–1 ratios; 'Preemptions: N' (0.16+, per interval) is accumulated into the
+    ``num_preemptions`` counter. Lines of several engines (``Engine 000:``, ``Engine 001:``) with the
+    same timestamp are one interval: usage by max, counts and throughput by sum, hit rate by mean.
+    """
     msg = line.msg
-    fields = {
-        "prompt_throughput": r"Avg prompt throughput: ([\d.]+) tokens/s",
-        "generation_throughput": r"Avg generation throughput: ([\d.]+) tokens/s",
-        "num_requests_running": r"Running: (\d+) reqs",
-        "num_requests_swapped": r"Swapped: (\d+) reqs",
-        "num_requests_waiting": r"(?:Waiting|Pending): (\d+) reqs",
-    }
-    for signal, pat in fields.items():
-        mm = re.search(pat, msg)
+    vals: dict[str, float] = {}
+    for signal, pat in _STATS_FIELDS:
+        mm = pat.search(msg)
         if mm:
-            c._add(signal, float(mm.group(1)), line)
-    mm = re.search(r"(?<!CPU )\b(?:GPU|XPU|CPU|TPU|HPU|NPU|GPU \+ host) KV cache usage: ([\d.]+)%", msg)
+            vals[signal] = float(mm.group(1))
+    mm = _STATS_USAGE.search(msg)
     if mm:
-        c._add("kv_cache_usage", float(mm.group(1)) / 100.0, line)
-    mm = re.search(r"CPU KV cache usage: ([\d.]+)%", msg)
+        vals["kv_cache_usage"] = float(mm.group(1)) / 100.0
+    mm = _STATS_CPU.search(msg)
     if mm and "Swapped" in msg:
-        c._add("cpu_cache_usage", float(mm.group(1)) / 100.0, line)
-    mm = re.search(r"(?<!External )Prefix cache hit rate: ([\d.]+)%", msg)
+        vals["cpu_cache_usage"] = float(mm.group(1)) / 100.0
+    mm = _STATS_HIT.search(msg)
     if mm:
-        c._add("prefix_cache_hit_rate", float(mm.group(1)) / 100.0, line)
-    mm = re.search(r"Preemptions: (\d+)", msg)
+        vals["prefix_cache_hit_rate"] = float(mm.group(1)) / 100.0
+    mm = _STATS_PREEMPT.search(msg)
     if mm:
-        # per-interval count (0.16+): accumulate into the counter
-        prev = c.bundle.signal("num_preemptions")
-        base = prev["value"].iloc[-1] if len(prev) else 0.0
-        c._add("num_preemptions", base + float(mm.group(1)), line)
+        vals["num_preemptions"] = float(mm.group(1))
+    if not vals:
+        return
+    me = _STATS_ENGINE.search(msg)
+    engine = (me.group(1) or "agg") if me else ""
+    if engine:
+        c._engines.add(engine)
+    pending = c._stats_pending
+    if pending and (pending[0][0].t != line.t or not engine
+                    or any(_STATS_ENGINE.search(p.msg) and (_STATS_ENGINE.search(p.msg).group(1) or "agg") == engine
+                           for p, _ in pending)):
+        c._flush_stats()
+    c._stats_pending.append((line, vals))
+    if not engine:
+        c._flush_stats()
 
 
 def _v0_prefix_rate(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -476,19 +612,17 @@ def _oom(c: LogCollector, m: re.Match, line: Line) -> None:
     if mm:
         c._add("oom_process_in_use_bytes", size_bytes(mm.group(1), mm.group(2)), line)
     if not phase:
-        phase = _infer_phase(c, torch_alloc, total)
+        phase = c._step.get(key, "") or _infer_phase(c, torch_alloc, total)
     c._add("cuda_oom", tried, line, text=phase or "unknown")
-    c._frames.pop(key, None)
+    c._close_tb = True
 
 
 def _infer_phase(c: LogCollector, torch_alloc: float | None, total: float) -> str:
     """No traceback frames: if nothing in this start-up segment shows the weights loaded, the KV pool sized or a
     request served, and PyTorch holds ≥ 90 % of the GPU, the only large allocation so far is the weights."""
-    df = c.bundle.frame()
-    seg = df[df["segment"] == c.segment]
     later = {"weights_bytes", "kv_cache_memory_bytes", "num_gpu_blocks", "kv_cache_size_tokens",
              "kv_cache_usage", "num_requests_running", "activation_peak_bytes", "cudagraph_bytes"}
-    if len(seg) and seg["signal"].isin(later).any():
+    if c._segment_signals & later:
         return ""
     if torch_alloc is not None and total > 0 and torch_alloc / total >= 0.90:
         return "load"
@@ -503,9 +637,9 @@ def _oom_old(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("oom_torch_allocated_bytes", alloc, line)
     c._add("oom_free_bytes", size_bytes(m.group(7), m.group(8)), line)
     key = line.proc or "main"
-    phase = phase_of(c._frames.get(key) or []) or _infer_phase(c, alloc, total)
+    phase = phase_of(c._frames.get(key) or []) or c._step.get(key, "") or _infer_phase(c, alloc, total)
     c._add("cuda_oom", size_bytes(m.group(1), m.group(2)), line, text=phase or "unknown")
-    c._frames.pop(key, None)
+    c._close_tb = True
 
 
 def _version(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -566,6 +700,95 @@ def _measure_request(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("context_tokens", n * per, line)
 
 
+def _k7(c: LogCollector, m: re.Match, line: Line) -> None:
+    """K7 'Overriding num_gpu_blocks=N with num_gpu_blocks_override=M' (V1 0.7+): the pool the user forced."""
+    c._add("num_gpu_blocks", float(m.group(2)), line)
+
+
+def _k9(c: LogCollector, m: re.Match, line: Line) -> None:
+    """K9 'Auto-fit max_model_len: reduced from A to B to fit in available KV cache memory (K GiB GPU)' or
+    '... full model context length N fits in available KV cache memory (K GiB GPU)' (0.16+)."""
+    g = m.groupdict()
+    c._add("max_model_len", float(g["reduced"] or g["full"]), line)
+    c._add("kv_cache_memory_bytes", float(g["kv"]) * GIB, line)
+    if g["reduced"]:
+        c._add("max_model_len_autofit", float(g["reduced"]), line, text=f"reduced from {g['from']}")
+
+
+def _k13(c: LogCollector, m: re.Match, line: Line) -> None:
+    """K13 V0 'Capturing the model for CUDA graphs' (0.4) / 'Capturing cudagraphs for decoding' (0.6-0.10); V1
+    'Capturing CUDA graphs (...)' progress: CUDA-graph capture began (an OOM right after is a capture OOM)."""
+    c._step[line.proc or "main"] = "cudagraph"
+
+
+def _m4(c: LogCollector, m: re.Match, line: Line) -> None:
+    """M4 (DEBUG, V1 0.9+) 'Memory profiling takes S seconds. Total non KV cache memory: X GiB; torch peak memory
+    increase: A GiB; non-torch forward increase memory: N GiB; weights memory: W GiB.' (0.33: 'total consumed (from
+    mem_get_info): C GiB' instead of the non-torch part)."""
+    rest = line.msg[m.start():]
+    for pat, signal in ((r"torch peak memory increase: (-?[\d.]+) ?GiB", "activation_peak_bytes"),
+                        (r"non-torch forward increase memory: (-?[\d.]+) ?GiB", "non_torch_bytes"),
+                        (r"weights memory: (-?[\d.]+) ?GiB", "weights_bytes")):
+        mm = re.search(pat, rest)
+        if mm:
+            c._add(signal, float(mm.group(1)) * GIB, line)
+
+
+def _m5(c: LogCollector, m: re.Match, line: Line) -> None:
+    """M5 (DEBUG, 0.11+) 'Initial free memory: F GiB; Requested memory: U (util), R GiB'."""
+    c._add("gpu_free_at_startup_bytes", float(m.group(1)) * GIB, line)
+    c._add("gpu_memory_utilization", float(m.group(2)), line)
+    c._add("gpu_budget_bytes", float(m.group(3)) * GIB, line)
+
+
+def _m7(c: LogCollector, m: re.Match, line: Line) -> None:
+    """M7 'Initial free memory F GiB, reserved K GiB memory for KV Cache as specified by kv_cache_memory_bytes
+    config and skipped memory profiling.' (0.11+, --kv-cache-memory set)."""
+    c._add("gpu_free_at_startup_bytes", float(m.group(1)) * GIB, line)
+    c._add("kv_cache_memory_bytes", float(m.group(2)) * GIB, line)
+
+
+def _m9_pool(c: LogCollector, m: re.Match, line: Line) -> None:
+    """M9 'CUDA graph pool memory: A GiB (actual), E GiB (estimated), difference: D GiB (P%).' (0.24+)."""
+    c._add("cudagraph_bytes", float(m.group(1)) * GIB, line)
+    c._add("cudagraph_estimate_bytes", float(m.group(2)) * GIB, line)
+
+
+def _m10(c: LogCollector, m: re.Match, line: Line) -> None:
+    """M10 'init engine (profile, create kv cache, warmup model) took S seconds' (0.6+; 0.24+ '... took S s'):
+    start-up finished."""
+    c._add("startup_seconds", float(m.group(1)), line)
+
+
+def _e0(c: LogCollector, m: re.Match, line: Line) -> None:
+    """E0 'EngineCore failed to start.' / 'Engine core initialization failed. See root cause above.' (V1 0.8+):
+    a wrapper; the cause is in the EngineCore lines above it."""
+    c._add("engine_start_failed", 1, line)
+
+
+def _e5(c: LogCollector, m: re.Match, line: Line) -> None:
+    """E5 'Error in memory profiling. Initial free memory A[ GiB], current free memory B[ GiB].' (all versions):
+    another process released memory while vLLM profiled; not a KV problem."""
+    c._add("memory_profiling_error", 1, line)
+
+
+def _failing_request(c: LogCollector, m: re.Match, line: Line) -> None:
+    """V0 'Failing the request R because there's not enough kv cache blocks to run the entire sequence.'"""
+    c._add("request_rejected", 1, line, text="not_enough_kv_blocks")
+
+
+def _prompt_too_long(c: LogCollector, m: re.Match, line: Line) -> None:
+    """V0 'Input prompt (N tokens) [+ lookahead slots (K)] is too long and exceeds limit of L' / '... exceeds the
+    capacity of block_manager'."""
+    c._add("request_rejected", float(m.group(1)), line,
+           text="prompt_exceeds_pool" if "block_manager" in line.msg else "prompt_exceeds_limit")
+
+
+def _stats_disabled(c: LogCollector, m: re.Match, line: Line) -> None:
+    """'AsyncLLM created with api_server_count more than 1; disabling stats logging' (0.10+): no stats lines."""
+    c._add("stats_logging_disabled", 1, line)
+
+
 _SZ = r"([\d.]+) (GiB|MiB|KiB|bytes|GB|MB)"
 
 EVENTS: list[tuple[str, re.Pattern, Callable]] = [
@@ -613,27 +836,206 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
                            r"█\s+version\s+)(\d+\.\d+[\w.+-]*)"), _version),
     ("args", re.compile(r"args: Namespace\(|with config: |non-default args: |max_parallel_loading_workers="), _args),
     ("max_len", re.compile(r"Using max model len (\d+)"), _max_len),
+    ("K7", re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"), _k7),
+    ("K9", re.compile(r"Auto-fit max_model_len: (?:reduced from (?P<from>\d+) to (?P<reduced>\d+)|full model context "
+                      r"length (?P<full>\d+) fits) (?:to fit )?in available KV cache memory \((?P<kv>[\d.]+) GiB"), _k9),
+    ("K13", re.compile(r"Capturing (?:the model for CUDA graphs|cudagraphs for decoding|CUDA graphs? )"), _k13),
+    ("M4", re.compile(r"Memory profiling takes [\d.]+ seconds\. Total non KV cache memory"), _m4),
+    ("M5", re.compile(r"Initial free memory: ([\d.]+) GiB; Requested memory: ([\d.]+) \(util\), ([\d.]+) GiB"), _m5),
+    ("M7", re.compile(r"Initial free memory ([\d.]+) GiB, reserved ([\d.]+) GiB memory for KV Cache"), _m7),
+    ("M9_pool", re.compile(r"CUDA graph pool memory: (-?[\d.]+) GiB \(actual\), (-?[\d.]+) GiB \(estimated\)"),
+     _m9_pool),
+    ("M10", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"), _m10),
+    ("E0", re.compile(r"EngineCore failed to start|Engine core initialization failed"), _e0),
+    ("E5", re.compile(r"Error in memory profiling\. Initial free memory"), _e5),
+    ("failing_request", re.compile(r"Failing the request \S+ because there's not enough kv cache blocks"),
+     _failing_request),
+    ("prompt_too_long", re.compile(r"Input prompt \((\d+) tokens\)(?: \+ lookahead slots \(\d+\))? is too long and "
+                                   r"exceeds"), _prompt_too_long),
+    ("stats_disabled", re.compile(r"api_server_count more than 1; disabling stats logging"), _stats_disabled),
     # measurements an operator reported next to the log (incident write-ups), not vLLM lines
     ("measure_pool", re.compile(r"\bpool: ([\d,]+) tokens\b(?:.*?/ ([\d,]+) GPU blocks)?"), _measure_pool),
-    ("measure_request", re.compile(r"\b(one|two|three|four|single|a|\d+) ~?([\d,.]+)(k?)-token requests?\b", re.I),
+    ("measure_request", re.compile(r"\b((?i:one|two|three|four|single|a)|\d+) ~?([\d,.]+)(k?)-token requests?\b"),
      _measure_request),
     ("measure_usage", re.compile(r"KV cache usage:? ([\d.]+)% \(~?(\d+) of (\d+) blocks\)"), _measure_usage),
 ]
 
 
-def iter_log_paths(paths: list[str]) -> Iterator[str]:
-    """Yield the given paths (kept as a hook for rotated-file ordering)."""
-    yield from paths
+# The vLLM versions each event's line was seen in (reference §2, read versions; "all" = 0.4 - 0.33).
+EVENT_VERSIONS: dict[str, str] = {
+    "stats": "V0 0.4-0.10 ('Pending', 'Swapped', 'CPU KV cache usage'); V1 0.7 (no prefix), 0.8-0.33 'Engine NNN:' "
+             "prefix, 'Preemptions' 0.16+, 'Deferred' 0.24+, '{DEV} KV cache usage' and 'Iteration(N):' 0.33",
+    "v0_prefix_hit_rate": "V0 0.5-0.10",
+    "preemption": "V0 0.4-0.10 (every 50th preemption)",
+    "W1": "0.4-0.7 (V0 and V1)",
+    "W2": "0.8-0.11 ('GiB and S seconds'); 0.16+ W3 ('GiB memory and S seconds')",
+    "M1": "0.6.x early releases",
+    "M2a": "V0 0.6.6-0.10", "M2b": "V0 0.6.6-0.10",
+    "M3": "V1 0.9+ ('{kv:.2f}' to 0.11, rounded from 0.16)",
+    "M4": "V1 0.9+ (DEBUG); 0.33 wording 'total consumed'",
+    "M5": "V1 0.11+ (DEBUG)",
+    "M6": "V1 0.11+ (DEBUG 0.11-0.24, INFO 0.33; 0.33 'consumed memory')",
+    "M7": "V1 0.11+ (with --kv-cache-memory)",
+    "M9": "0.24+", "M9_pool": "0.24+",
+    "M10": "0.6+ ('seconds'; 0.24+ 's')",
+    "E4": "V1 0.9+ ('on device {device}' 0.16+)",
+    "K1": "V0 0.4-0.6 K1 '# GPU blocks', V0 0.7-0.10 K2 '# cuda blocks', V1 0.6.6-0.7 K3",
+    "K4": "V1 0.8-0.24 (K4); 0.33 merged K6 '... tokens, Maximum concurrency ...'",
+    "K5": "V0 0.6-0.10, V1 0.7-0.24 (K5); 0.33 merged K6",
+    "K7": "V1 0.7+", "K9": "0.16+", "K10": "0.10+", "K11": "0.9+",
+    "K12": "0.6+ ('took G GiB'; 0.4-0.5 print no size)",
+    "K13": "V0 0.4-0.10; V1 capture progress",
+    "E0": "V1 0.8+", "E1": "all", "E2a": "V0 0.4-0.10, V1 0.6.6",
+    "E2bcd": "V1 0.7 ('GB', \"models's\"), 0.8-0.16 (GiB), 0.24+ (\"model's\")",
+    "E3": "0.16+", "E5": "all", "E6": "V1 0.8+ (pooler variant 0.10+)",
+    "mamba_blocks": "2026 releases after vLLM PR 38270",
+    "W4": "0.16+",
+    "traceback": "all",
+    "oom": "torch 2.1+ (vLLM 0.4+; 'capacty' in torch 2.1)",
+    "oom_old": "torch <= 2.0 (vLLM <= 0.3)",
+    "version": "'vLLM API server version' 0.4+, 'Initializing an LLM engine (vX)' V0, banner 0.33",
+    "args": "all ('args: Namespace(' to 0.9, 'non-default args:' 0.10+, 'with config:' all)",
+    "max_len": "V1 0.8+",
+    "failing_request": "V0 0.4-0.10", "prompt_too_long": "V0 0.4-0.10",
+    "stats_disabled": "0.10+",
+    "measure_pool": "operator write-ups", "measure_request": "operator write-ups", "measure_usage": "operator write-ups",
+}
 
 
-def read_logs(bundle: Bundle, paths: list[str], year: int | None = None) -> list[InputInfo]:
-    """Read several log files into ``bundle`` in the order given.
+def _literal_needles(items, flags: int) -> list[str] | None:
+    """Literal substrings one of which every match of the parsed pattern ``items`` contains (the longest
+    top-level literal run, or one run per alternative of a group/alternation), or ``None`` when none is found."""
+    try:
+        from re import _constants as C, _parser as P  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        import sre_constants as C  # type: ignore
+        import sre_parse as P  # type: ignore  # noqa: F401
+    options: list[list[str]] = []
+    run: list[str] = []
+    ignore = bool(flags & re.IGNORECASE)
+
+    def end_run():
+        if len(run) >= 3 and not ignore:
+            options.append(["".join(run)])
+        run.clear()
+
+    for op, av in items:
+        if op is C.LITERAL and not ignore:
+            run.append(chr(av))
+            continue
+        end_run()
+        if op is C.BRANCH:
+            alts = [_literal_needles(list(b), flags) for b in av[1]]
+            if all(alts):
+                options.append([n for alt in alts for n in alt])
+        elif op is C.SUBPATTERN:
+            add_flags = av[1]
+            sub = _literal_needles(list(av[3]), flags | add_flags)
+            if sub:
+                options.append(sub)
+    end_run()
+    if not options:
+        return None
+    # the first run of 6+ characters (the start of a message is its most specific part), else the longest
+    for ns in options:
+        if min(len(n) for n in ns) >= 6:
+            return ns
+    return max(options, key=lambda ns: (min(len(n) for n in ns), -len(ns)))
+
+
+def needles_of(pattern: re.Pattern) -> list[str]:
+    """Literal needles of an event pattern: every string the pattern matches contains one of them.
 
     Raises:
-        InputError: a path is missing, a directory, empty or binary.
+        ValueError: the pattern has no literal run of 3+ characters outside case-insensitive parts
+            (an event must name at least one literal, or the fast path could skip its lines).
+    """
+    try:
+        from re import _parser as P  # Python 3.11+
+    except ImportError:  # pragma: no cover
+        import sre_parse as P  # type: ignore
+    found = _literal_needles(list(P.parse(pattern.pattern, pattern.flags)), pattern.flags)
+    if not found:
+        raise ValueError(f"event pattern {pattern.pattern!r} has no literal needle")
+    return found
+
+
+# text the collector reads besides the events: traceback frames, exception lines, editorial notes
+EXTRA_NEEDLES = [", line ", "Error", "Exception", "# ["]
+
+
+def _compile_events() -> list[tuple[str, re.Pattern, Callable, tuple[str, ...]]]:
+    return [(eid, pattern, handler, tuple(needles_of(pattern))) for eid, pattern, handler in EVENTS]
+
+
+_EVENTS_COMPILED = _compile_events()
+
+
+def event_needles() -> list[str]:
+    """Every needle of the EVENTS registry plus :data:`EXTRA_NEEDLES` (the fast path's search set)."""
+    return sorted({n for e in _EVENTS_COMPILED for n in e[3]} | set(EXTRA_NEEDLES))
+
+
+_RANGE = re.compile(r"\((\d+\.\d+)(?:-(\d+\.\d+)|\+)\)")
+
+
+def version_from_formats(formats: set[str]) -> str:
+    """The vLLM version range every seen line format allows (``"0.8-0.9"``, ``"0.24+"``), or ``""`` when the
+    formats name no range or contradict each other (e.g. logs of two servers)."""
+    lo, hi = (0, 0), (99, 99)
+    seen = False
+    for f in formats:
+        for m in _RANGE.finditer(f):
+            seen = True
+            a = tuple(int(x) for x in m.group(1).split("."))
+            lo = max(lo, a)
+            if m.group(2):
+                hi = min(hi, tuple(int(x) for x in m.group(2).split(".")))
+    if not seen or lo > hi:
+        return ""
+    fmt = "{}.{}".format
+    return f"{fmt(*lo)}+" if hi == (99, 99) else (fmt(*lo) if lo == hi else f"{fmt(*lo)}-{fmt(*hi)}")
+
+
+def read_logs(bundle: Bundle, paths: list[str], year: int | None = None,
+              progress: bool | None = None) -> list[InputInfo]:
+    """Read several logs into ``bundle``, rotated sets put in time order (:func:`order_paths`).
+
+    Args:
+        bundle: where observations go.
+        paths: files (plain, ``.gz``, ``.zst``) or ``-`` for standard input.
+        year: year of the first yearless timestamp (default: each file's date).
+        progress: show a progress bar on stderr for inputs over 64 MiB; ``None`` = only on a terminal.
+
+    Raises:
+        InputError: a path is missing, a directory, empty, binary or a broken archive.
     """
     collector = LogCollector(bundle, year=year)
-    return [collector.read(p) for p in iter_log_paths(paths)]
+    show = sys.stderr.isatty() if progress is None else progress
+    infos = []
+    for path in order_paths(list(paths)):
+        infos.append(collector.read(path, progress=_progress_bar(path) if show else None))
+    return infos
 
 
-__all__ = ["LogCollector", "read_logs", "phase_of", "size_bytes", "EVENTS"]
+def _progress_bar(path: str) -> Callable[[int, int | None], None]:
+    """A stderr progress line for one input, drawn only for inputs over 64 MiB."""
+    state = {"last": -1}
+
+    def update(done: int, size: int | None) -> None:
+        if not size or size < 64 << 20:
+            return
+        pct = min(100, done * 100 // size)
+        if pct != state["last"]:
+            state["last"] = pct
+            bar = "#" * (pct // 4)
+            sys.stderr.write(f"\rkvdiag: reading {path}: [{bar:<25}] {pct:3d}% ")
+            if pct >= 100:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    return update
+
+
+__all__ = ["LogCollector", "read_logs", "phase_of", "deciding_frame", "size_bytes", "EVENTS", "EVENT_VERSIONS",
+           "needles_of", "event_needles", "redact", "version_from_formats"]
