@@ -7,12 +7,13 @@ from pathlib import Path
 
 from .bundle import Bundle
 from .collect.logs import read_logs
-from .collect.metrics import read_metrics_file, scrape
+from .collect.metrics import HttpOptions, read_metrics_file, scrape, scrape_targets
 from .derive import derive
 from .engine.evaluate import evaluate, unexplained_failures, verdict
 from .engine.model import load_rules
 from .errors import InputError
-from .report.model import Report
+from .report.model import InstanceReport, Report
+from .windows import derive_windows
 
 
 def load_model_config(path: str) -> dict:
@@ -38,7 +39,8 @@ def load_model_config(path: str) -> dict:
 def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: list[str] = (),
             duration: float = 30.0, interval: float = 5.0, model_config: str | None = None,
             rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None,
-            deployment: dict | None = None, seed=None, keep: list | None = None) -> Report:
+            deployment: dict | None = None, seed=None, keep: list | None = None,
+            http: HttpOptions | None = None, prometheus: dict | None = None) -> Report:
     """Collect every source into one bundle, derive signals, run the rules, and build the report.
 
     Raises:
@@ -46,10 +48,17 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         ScrapeError: a /metrics URL failed on its first scrape.
         RuleFileError: a rule file is invalid.
 
+    Several ``metrics_urls`` (scraped at once), or ``prometheus`` (a dict of
+    :func:`kvdiag.collect.prometheus.collect_fleet` arguments), give one verdict per server; the
+    report's verdict is the worst server's and ``instances`` lists them worst first. A server that
+    cannot be read is listed with its error, unless no server could be read (then ScrapeError).
+
     ``seed(bundle)``, when given, runs before any input is read (``kvdiag check --state`` adds the previous
     run's counters there); ``keep``, when given, receives the bundle (to save state after the run).
     """
     rules = load_rules(rules_dirs)
+    if prometheus is not None or len(metrics_urls) > 1:
+        return _analyze_many(rules, metrics_urls, duration, interval, http, progress, prometheus)
     bundle = Bundle()
     if keep is not None:
         keep.append(bundle)
@@ -67,8 +76,9 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     for path in metrics_files:
         read_metrics_file(bundle, path)
     for url in metrics_urls:
-        scrape(bundle, url, duration=duration, interval=interval, progress=progress)
+        scrape(bundle, url, duration=duration, interval=interval, progress=progress, opts=http)
     derive(bundle)
+    derive_windows(bundle)
     findings = evaluate(rules, bundle)
     start, end = bundle.window()
     report = Report(verdict=verdict(findings, unexplained_failures(bundle)), findings=findings, inputs=[i.to_dict() for i in bundle.inputs],
@@ -77,4 +87,56 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         bpt = bundle.signal("kv_bytes_per_token")["value"].iloc[-1]
         report.notes.append(f"model config {model_config}: {bpt:,.0f} bytes of KV per token "
                             "(2 × layers × kv_heads × head_dim × dtype_bytes; planning estimate)")
+    return report
+
+
+def _judge(rules, bundle: Bundle):
+    """Derived signals, window signals, rules → (verdict, findings) of one server's bundle."""
+    derive(bundle)
+    derive_windows(bundle)
+    findings = evaluate(rules, bundle)
+    return verdict(findings, unexplained_failures(bundle)), findings
+
+
+def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prometheus) -> Report:
+    """One report over several servers: each judged alone, the worst first."""
+    from .engine.evaluate import Verdict
+    from .errors import ScrapeError
+
+    servers: list[tuple[str, Bundle | None, str | None]] = []
+    if prometheus is not None:
+        from .collect.prometheus import collect_fleet
+
+        fleet_notes: list[str] = []
+        for name, b in collect_fleet(**prometheus, http=http, notes=fleet_notes):
+            servers.append((name, b, None))
+    else:
+        fleet_notes = []
+        for tg in scrape_targets(list(metrics_urls), duration, interval, http, progress):
+            servers.append((tg.url, None if tg.error else tg.bundle, tg.error))
+    if servers and all(err for _n, _b, err in servers):
+        raise ScrapeError("no server could be read: " + "; ".join(err for _n, _b, err in servers))
+    instances, inputs = [], []
+    for name, b, err in servers:
+        if b is None:
+            inst = InstanceReport(name, Verdict("inconclusive", "ok", "low", f"Not judged: {err}"), [], error=err,
+                                  inputs=[{"kind": "metrics-url", "name": name, "records": 0, "observations": 0,
+                                           "skipped": 0, "notes": [err]}])
+        else:
+            v, findings = _judge(rules, b)
+            start, end = b.window()
+            inst = InstanceReport(name, v, findings, [i.to_dict() for i in b.inputs], {"start": start, "end": end})
+        instances.append(inst)
+        inputs += inst.inputs
+    instances.sort(key=InstanceReport.rank)
+    worst = instances[0]
+    starts = [i.window["start"] for i in instances if i.window.get("start")]
+    ends = [i.window["end"] for i in instances if i.window.get("end")]
+    report = Report(verdict=worst.verdict, findings=worst.findings, inputs=inputs,
+                    window={"start": min(starts) if starts else None, "end": max(ends) if ends else None},
+                    instances=instances)
+    failed = [i.instance for i in instances if i.error]
+    if failed:
+        report.notes.append(f"{len(failed)} of {len(instances)} server(s) could not be read: {', '.join(failed)}")
+    report.notes += fleet_notes
     return report

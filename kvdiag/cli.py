@@ -63,6 +63,48 @@ def _source_options(f):
     return f
 
 
+def _http_options(f):
+    """How kvdiag reaches /metrics endpoints and Prometheus servers (analyze, record)."""
+    options = [
+        click.option("--header", "headers", multiple=True, metavar="'Name: value'",
+                     help="Extra HTTP request header (repeatable), e.g. 'Authorization: Bearer ...'."),
+        click.option("--bearer-token-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     help="Send 'Authorization: Bearer <contents of FILE>'."),
+        click.option("--ca-cert", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     help="CA bundle to verify TLS servers with (verification is on by default)."),
+        click.option("--insecure", is_flag=True, help="Do not verify TLS certificates."),
+        click.option("--timeout", type=DURATION, default="10s", show_default=True,
+                     help="Longest time one HTTP request may take (connect, headers and body)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout):
+    """The command-line HTTP options → :class:`kvdiag.collect.metrics.HttpOptions`."""
+    from .collect.metrics import HttpOptions
+    from .errors import InputError
+
+    hdrs = {}
+    for h in headers:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip() or any(c in name for c in " \t"):
+            raise click.BadParameter(f"{h!r} is not 'Name: value'", param_hint="--header")
+        hdrs[name.strip()] = value.strip()
+    if bearer_token_file:
+        try:
+            token = open(bearer_token_file, encoding="utf-8").read().strip()
+        except OSError as exc:
+            raise InputError(f"{bearer_token_file}: cannot read bearer token: {exc.strerror}") from None
+        if not token:
+            raise InputError(f"{bearer_token_file}: empty, expected a bearer token")
+        hdrs["Authorization"] = f"Bearer {token}"
+    if insecure and ca_cert:
+        raise click.UsageError("--insecure and --ca-cert contradict each other; give one")
+    return HttpOptions(timeout=timeout, headers=hdrs, verify=False if insecure else (ca_cert or True))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="kvdiag")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -75,27 +117,55 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 @cli.command()
 @_source_options
+@click.option("--prometheus-url", default=None, metavar="URL",
+              help="Judge every vLLM instance a Prometheus-API server (Prometheus, Thanos, Mimir, VictoriaMetrics) "
+                   "holds; PromQL computes the rates, increases and quantiles.")
+@click.option("--selector", default=None, metavar="'{job=\"vllm\"}'", help="Label matchers that pick the instances.")
+@click.option("--since", default="1h", show_default=True, metavar="DURATION|TIME",
+              help="Window start: a duration back from --until, or RFC 3339 / Unix seconds.")
+@click.option("--until", default=None, metavar="TIME", help="Window end: RFC 3339 or Unix seconds (default: now).")
+@click.option("--step", type=DURATION, default="15s", show_default=True, help="Resolution of the range queries.")
+@_http_options
+@click.option("--progress/--no-progress", default=None, help="Progress line while scraping (default: on a terminal).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the report here instead of standard output.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
 def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
-            gpu_memory_utilization, rules_dirs, year, fmt, output, debug):
-    """Diagnose a server from its logs and /metrics; verdict first, evidence under it."""
+            gpu_memory_utilization, rules_dirs, year, prometheus_url, selector, since, until, step, headers,
+            bearer_token_file, ca_cert, insecure, timeout, progress, fmt, output, debug):
+    """Diagnose a server from its logs and /metrics; verdict first, evidence under it.
+
+    Several --metrics-url, or --prometheus-url: one verdict per server, the worst first.
+    """
     if debug:
         ctx.obj["debug"] = True
-    if not (logs or metrics_files or metrics_urls or (model_config and gpu_memory)):
-        raise click.UsageError("give at least one source: --log, --metrics-file or --metrics-url "
+    if not (logs or metrics_files or metrics_urls or prometheus_url or (model_config and gpu_memory)):
+        raise click.UsageError("give at least one source: --log, --metrics-file, --metrics-url or --prometheus-url "
                                "(or --model-config with --gpu-memory for a pre-flight check)")
+    if prometheus_url and (logs or metrics_files or metrics_urls):
+        raise click.UsageError("--prometheus-url judges the instances it holds; it does not mix with --log, "
+                               "--metrics-file or --metrics-url")
+    if len(metrics_urls) > 1 and (logs or metrics_files):
+        raise click.UsageError("with several --metrics-url kvdiag cannot tell which server a --log or "
+                               "--metrics-file belongs to; analyze them one server at a time")
     from .analyze import analyze as run
     from .report.render import RENDERERS
 
+    http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
+    fleet = None
+    if prometheus_url:
+        from .collect.prometheus import parse_window
+
+        start, end = parse_window(since, until)
+        fleet = {"url": prometheus_url, "selector": selector or "", "start": start, "end": end, "step": step}
     report = run(logs=list(logs), metrics_files=list(metrics_files), metrics_urls=list(metrics_urls),
                  duration=duration, interval=interval, model_config=model_config, rules_dirs=list(rules_dirs),
                  year=year, deployment={"gpu_total_bytes": gpu_memory and gpu_memory * 2**30,
                                         "tensor_parallel_size": tensor_parallel_size,
-                                        "gpu_memory_utilization": gpu_memory_utilization})
+                                        "gpu_memory_utilization": gpu_memory_utilization},
+                 progress=progress, http=http, prometheus=fleet)
     text = RENDERERS[fmt](report)
     if output:
         try:
@@ -181,6 +251,26 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
             notes.append(note)
     click.echo(chk.status_line(code, report, chk.perfdata(bundle, report), notes))
     ctx.exit(code)
+
+
+@cli.command()
+@click.option("--metrics-url", required=True, metavar="URL", help="The /metrics endpoint to record.")
+@click.option("--interval", type=DURATION, default="5s", show_default=True, help="Time between scrapes.")
+@click.option("--duration", type=DURATION, default="10m", show_default=True, help="How long to record.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="FILE.om",
+              help="OpenMetrics file to write (a timestamp on every sample, '# EOF').")
+@_http_options
+@click.option("--progress/--no-progress", default=None, help="Progress line while recording (default: on a terminal).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def record(metrics_url, interval, duration, out, headers, bearer_token_file, ca_cert, insecure, timeout, progress,
+           debug):
+    """Record a /metrics endpoint to OpenMetrics for 'analyze --metrics-file' or 'promtool tsdb create-blocks-from
+    openmetrics'. Exit 0 written, 3 nothing recorded."""
+    from .record import record as rec
+
+    http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
+    n, samples = rec(metrics_url, out, duration=duration, interval=interval, http=http, progress=progress)
+    click.echo(f"kvdiag: recorded {n} scrape(s), {samples} sample(s) of {metrics_url} to {out}", err=True)
 
 
 @cli.group()

@@ -571,6 +571,31 @@ def _e6(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("sampler_warmup_oom", 1, line)
 
 
+def _oom_others(c: LogCollector, m: re.Match, line: Line) -> None:
+    """'Process N has X memory in use' entries of a PyTorch OOM text (§2.7): the other processes on that GPU.
+
+    With 'this process has X memory in use' in the text every listed process is another one; without it the largest
+    entry is the failing process itself (torch lists it too) and the rest are others. Adds
+    ``oom_other_processes_bytes`` (sum) and ``oom_other_processes_count`` (issue 6)."""
+    sizes = [size_bytes(n, u) for n, u in re.findall(r"Process \d+ has ([\d.]+) (GiB|MiB|KiB|bytes) memory in use",
+                                                     line.msg)]
+    if "this process has" not in line.msg and sizes:
+        sizes.remove(max(sizes))
+    c._add("oom_other_processes_bytes", float(sum(sizes)), line)
+    c._add("oom_other_processes_count", float(len(sizes)), line)
+
+
+def _mm_warning(c: LogCollector, m: re.Match, line: Line) -> None:
+    """0.9+ WARNING 'The sequence length used for profiling (...) is too short to hold the multi-modal embeddings in
+    the worst case (N tokens in total, ...)' (``multimodal/profiling.py``); value = N (issue 6)."""
+    c._add("mm_profile_warning", float(m.group(1)), line)
+
+
+def _mm_run(c: LogCollector, m: re.Match, line: Line) -> None:
+    """V0 'Starting profile run for multi-modal models.' (``worker/enc_dec_model_runner.py``) (issue 6)."""
+    c._add("mm_profile_run", 1, line)
+
+
 def _traceback(c: LogCollector, m: re.Match, line: Line) -> None:
     """'Traceback (most recent call last):' — an uncaught exception (issue 6: a start-up that died without an OOM
     text)."""
@@ -828,6 +853,10 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("E6", re.compile(r"CUDA out of memory occurred when warming up (?:sampler|pooler)"), _e6),
     ("W4", re.compile(r"Failed to load model - not enough GPU memory"), _w4),
     ("traceback", re.compile(r"^\s*Traceback \(most recent call last\):"), _traceback),
+    ("oom_others", re.compile(r"CUDA out of memory\..*Process \d+ has [\d.]+ \w+ memory in use"), _oom_others),
+    ("mm_profile_warning", re.compile(r"is too short to hold the multi-modal embeddings in the worst case \((\d+) "
+                                      r"tokens in total"), _mm_warning),
+    ("mm_profile_run", re.compile(r"Starting profile run for multi-modal models"), _mm_run),
     ("oom", re.compile(r"CUDA out of memory\. Tried to allocate " + _SZ + r"\. GPU \d+ has a total capac?i?ty of "
                        + _SZ + r" of which " + _SZ + r" is free"), _oom),
     ("oom_old", re.compile(r"CUDA out of memory\. Tried to allocate " + _SZ + r" \(GPU \d+; " + _SZ +

@@ -32,7 +32,12 @@ def _wrap(text: str, indent: str) -> list[str]:
 
 
 def render_text(report: Report) -> str:
-    """Verdict line first, then the evidence with sources, the fix, and what was ruled out."""
+    """Verdict line first, then the evidence with sources, the fix, and what was ruled out.
+
+    Several servers: the worst server's verdict, a ranking of all servers, then one section per server.
+    """
+    if len(report.instances) > 1:
+        return _render_servers(report)
     v = report.verdict
     lines = [f"{v.severity.upper()}: {v.primary} (confidence {v.confidence})"]
     lines += _wrap(v.summary, "  ")
@@ -71,6 +76,28 @@ def render_text(report: Report) -> str:
         lines.append(f"  window: {w['start']} .. {w['end']}")
     for n in report.notes:
         lines += _wrap(f"note: {n}", "  ")
+    return "\n".join(lines) + "\n"
+
+
+def _render_servers(report: Report) -> str:
+    v = report.verdict
+    insts = report.instances
+    bad = [i for i in insts if i.verdict.severity != "ok"]
+    lines = [f"{v.severity.upper()}: {v.primary} (confidence {v.confidence}) on {insts[0].instance}",
+             f"  {len(bad)} of {len(insts)} server(s) with a problem; worst first:"]
+    width = min(60, max(len(i.instance) for i in insts))
+    for i in insts:
+        lines.append(f"  {i.verdict.severity.upper():8} {i.instance:{width}}  {i.verdict.primary}"
+                     + (f" ({i.error})" if i.error else ""))
+    for i in insts:
+        lines.append("")
+        lines.append(f"=== {i.instance} " + "=" * max(3, WIDTH - len(i.instance) - 5))
+        one = Report(verdict=i.verdict, findings=i.findings, inputs=i.inputs, window=i.window, notes=i.notes)
+        lines += render_text(one).rstrip("\n").splitlines()
+    if report.notes:
+        lines.append("")
+        for n in report.notes:
+            lines += _wrap(f"note: {n}", "")
     return "\n".join(lines) + "\n"
 
 
