@@ -214,10 +214,11 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
     inst = instance or (metrics_urls[0] if metrics_urls else (logs[0] if logs else (metrics_files or [model_config])[0]))
     notes: list[str] = []
     previous = None
+    state_note = ""
     if state_file:
-        previous, note = chk.load_state(state_file, inst)
-        if note:
-            notes.append(note)
+        previous, state_note = chk.load_state(state_file, inst)
+        if state_note:
+            notes.append(state_note)
     kept: list = []
     now = _time.time()
     try:
@@ -245,6 +246,8 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
         if note:
             notes.append(note)
     code = chk.status_of(report, tuple(warn_on), tuple(fail_on))
+    if state_note and code == 0:
+        code = 3  # the window since the last check could not be judged; a WARNING/CRITICAL verdict still shows
     reg = chk.build_registry(inst, report, code != 3, now)
     for note in ((textfile and chk.write_textfile(textfile, reg)), (pushgateway and chk.push(pushgateway, job, inst, reg))):
         if note:
@@ -326,31 +329,6 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
         Path(tests_out).write_text(body, encoding="utf-8")
         for note in notes:
             click.echo(f"kvdiag: {note}", err=True)
-
-
-@rules.command("test")
-@click.argument("cases_dir", required=False, type=click.Path(file_okay=False))
-@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
-@click.option("-v", "--verbose", is_flag=True, help="Print every case, not only failures.")
-@click.pass_context
-def rules_test(ctx, cases_dir, rules_dirs, verbose) -> None:
-    """Run rule case files (default: the shipped rules' cases). Exit 0 all pass, 1 a case failed, 3 bad files."""
-    from .engine.runcases import all_cases, run_case
-
-    rules = load_rules(list(rules_dirs))
-    failed = 0
-    cases = all_cases([cases_dir] if cases_dir else None)
-    if not cases:
-        raise click.UsageError(f"no case files under {cases_dir or 'the shipped rules'} (expected cases/*.yaml)")
-    for case in cases:
-        res = run_case(case, rules)
-        if not res.ok:
-            failed += 1
-        if verbose or not res.ok:
-            mark = "ok  " if res.ok else "FAIL"
-            click.echo(f"{mark} {case.rule_id} {case.name}: expected {case.expect}, got {res.got} — {res.message}")
-    click.echo(f"{len(cases) - failed} passed, {failed} failed ({len(cases)} cases)")
-    ctx.exit(1 if failed else 0)
 
 
 @rules.command("test")
