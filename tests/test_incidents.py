@@ -14,28 +14,46 @@ from conftest import FIXTURES
 
 CASES = sorted(p.parent for p in (FIXTURES / "incidents").glob("*/expected.yaml"))
 EXIT_BY_SEVERITY = {"ok": 0, "warning": 1, "critical": 2}
+NOT_A_PROBLEM = ("healthy", "inconclusive")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name[:3] for c in CASES])
-def test_incident_verdict(case, kvdiag):
+def _param(case):
     expected = yaml.safe_load((case / "expected.yaml").read_text())
+    reason = expected.get("not_diagnosable_from_log")
+    marks = [pytest.mark.xfail(strict=True, reason=f"not diagnosable from its log: {reason}")] if reason else []
+    return pytest.param(case, id=case.name[:3], marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_incident_verdict(case, kvdiag):
+    """``primary`` is one class, or a list of acceptable ones (``not_oom`` cases: ``[healthy, inconclusive]``)."""
+    expected = yaml.safe_load((case / "expected.yaml").read_text())
+    accept = expected["primary"] if isinstance(expected["primary"], list) else [expected["primary"]]
     res = kvdiag("analyze", "--log", str(case / "vllm.log"), "--format", "json")
     assert "Traceback" not in res.err
     report = res.json()
     assert report["schema_version"] == 1
-    assert report["verdict"]["primary"] == expected["primary"], report["verdict"]
-    assert res.code == EXIT_BY_SEVERITY[report["verdict"]["severity"]]
-    fired = [f for f in report["findings"] if f["status"] == "fires" and f["class"] == expected["primary"]]
-    assert fired, "the primary class must come from a firing finding"
-    # its evidence quotes the log lines it read (file:line), or says how it was derived from them
-    sources = [e["source"] for e in fired[0]["evidence"]]
-    assert sources and all(re.search(r"log:vllm\.log:\d+", s) for s in sources), sources
+    got = report["verdict"]["primary"]
+    assert got in accept, report["verdict"]
+    assert res.code == (3 if got == "inconclusive" else EXIT_BY_SEVERITY[report["verdict"]["severity"]])
+    fired = [f for f in report["findings"] if f["status"] == "fires"]
+    if got in NOT_A_PROBLEM:
+        assert all(f["class"] == "healthy" for f in fired), "a not-a-problem verdict with a problem rule firing"
+        return
+    assert any(f["class"] == got for f in fired), "the primary class must come from a firing finding"
+    # every firing finding's evidence quotes the log lines it read (file:line), or says how it was derived from them
+    for f in fired:
+        sources = [e["source"] for e in f["evidence"]]
+        assert sources and all(re.search(r"log:vllm\.log:\d+", s) for s in sources), (f["rule_id"], sources)
 
 
 def test_every_required_case_is_bundled():
     """Issue 2 names these shared real cases; they must stay in fixtures/incidents with their provenance."""
     have = {c.name[:3] for c in CASES}
     assert {"001", "004", "009", "011", "017", "019", "021", "029", "032"} <= have
+    shared = FIXTURES.parent.parent / "shared" / "fixtures" / "real"
+    if shared.is_dir():  # issue 6: every shared real case is bundled
+        assert {p.name[:3] for p in shared.iterdir() if p.is_dir()} <= have
     for c in CASES:
         assert (c / "source.md").read_text().strip(), c
         assert yaml.safe_load((c / "expected.yaml").read_text())["source"].startswith("http")
