@@ -107,3 +107,7 @@ def render_json(report: Report) -> str:
 
 
 RENDERERS = {"text": render_text, "json": render_json}
+
+from .markdown import render_markdown  # noqa: E402  (issue 6: incident tickets)
+
+RENDERERS["markdown"] = render_markdown

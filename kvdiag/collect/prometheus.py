@@ -1,0 +1,299 @@
+"""Read a fleet of vLLM servers from a Prometheus HTTP API server (Prometheus, Thanos, Mimir, VictoriaMetrics).
+
+Rates, increases and quantiles are computed by the server with PromQL, never by pulling raw
+samples: counters come as ``increase()`` over the window (counter resets handled by Prometheus),
+histograms as ``histogram_quantile()`` of bucket increases and Δsum/Δcount, the prefix-cache hit
+rate as Δhits/Δqueries; only the gauges the rules judge over time (KV usage, running, waiting)
+come as ``query_range`` series at ``step``. Every query matches both spellings of a name
+(``vllm:x`` as vLLM writes it, ``vllm_x`` as a Prometheus 2.x server stores a current
+prometheus-client's output, and ``ray_vllm:x``), and prefers the new name of a renamed metric
+(``A or B`` per instance, :data:`kvdiag.signals.METRIC_ALIASES`). Results are grouped by the
+``instance`` label: one :class:`~kvdiag.bundle.Bundle` per instance.
+
+API: ``GET /api/v1/query`` and ``/api/v1/query_range`` (prometheus.io/docs/prometheus/latest/querying/api/).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+import json
+import math
+import re
+import time
+
+from ..bundle import Bundle, InputInfo, iso
+from ..engine.model import parse_duration
+from ..errors import InputError, ScrapeError
+from ..signals import SIGNALS, WINDOW_HISTOGRAMS
+from .metrics import HttpOptions, _cache_config, http_get, make_session
+
+MAX_RESPONSE_BYTES = 1024 * 2**20
+_PREFIX = "(?:ray_)?vllm[:_]"
+
+# signal -> (aggregation across an instance's series, metric names best first, extra matchers)
+GAUGES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "kv_cache_usage": ("max", ("kv_cache_usage_perc", "gpu_cache_usage_perc"), ""),
+    "num_requests_running": ("sum", ("num_requests_running",), ""),
+    "num_requests_waiting": ("sum", ("num_requests_waiting",), ""),
+    "num_requests_swapped": ("sum", ("num_requests_swapped",), ""),
+    "cpu_cache_usage": ("max", ("cpu_cache_usage_perc",), ""),
+    "num_requests_waiting_capacity": ("sum", ("num_requests_waiting_by_reason",), 'reason="capacity"'),
+}
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "num_preemptions": ("num_preemptions_total",),
+    "prefix_cache_queries": ("prefix_cache_queries_total", "gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("prefix_cache_hits_total", "gpu_prefix_cache_hits_total"),
+    "prompt_tokens": ("prompt_tokens_total",),
+    "generation_tokens": ("generation_tokens_total",),
+}
+_HIT_PAIRS = (("prefix_cache_hits_total", "prefix_cache_queries_total"),
+              ("gpu_prefix_cache_hits_total", "gpu_prefix_cache_queries_total"))
+
+
+# --- time ---------------------------------------------------------------------------------------
+def parse_time(value: str) -> float:
+    """RFC 3339 (``2026-01-02T03:04:05Z``, offsets allowed) or Unix seconds → Unix seconds.
+
+    Raises:
+        InputError: neither form.
+    """
+    v = value.strip()
+    try:
+        return float(v)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(v.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InputError(f"{value!r} is not a time: expected RFC 3339 (2026-01-02T03:04:05Z) or Unix seconds") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def parse_window(since: str, until: str | None, now: float | None = None) -> tuple[float, float]:
+    """``--since`` / ``--until`` → ``(start, end)`` Unix seconds.
+
+    ``until``: RFC 3339 or Unix seconds, default now. ``since``: a duration back from ``until``
+    (``6h``, ``90m``) or an absolute time.
+
+    Raises:
+        InputError: unreadable values, or a window that does not run forward.
+    """
+    end = parse_time(until) if until else (time.time() if now is None else now)
+    try:
+        start = end - parse_duration(since)
+    except ValueError:
+        start = parse_time(since)
+    if start >= end:
+        raise InputError(f"--since {since} is not before --until {until or 'now'}: the window must run forward")
+    return start, end
+
+
+def _dur(seconds: float) -> str:
+    return f"{max(1, int(round(seconds)))}s"
+
+
+# --- PromQL -------------------------------------------------------------------------------------
+_MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+
+
+def matchers(selector: str) -> str:
+    """``'{job="vllm"}'`` → ``'job="vllm"'`` (validated), ``''`` for no selector.
+
+    Raises:
+        InputError: not a list of ``name op "value"`` matchers in braces.
+    """
+    s = (selector or "").strip()
+    if not s:
+        return ""
+    if not (s.startswith("{") and s.endswith("}")):
+        raise InputError(f"--selector {selector!r}: expected label matchers in braces, e.g. '{{job=\"vllm\"}}'")
+    body = s[1:-1].strip().rstrip(",")
+    if not body:
+        return ""
+    pos = 0
+    while pos < len(body):
+        m = _MATCHER.match(body, pos)
+        if not m:
+            raise InputError(f"--selector {selector!r}: cannot read the matcher at {body[pos:][:30]!r}")
+        pos = m.end()
+        if pos < len(body):
+            if body[pos] != ",":
+                raise InputError(f"--selector {selector!r}: expected ',' between matchers")
+            pos += 1
+    if "__name__" in body:
+        raise InputError(f"--selector {selector!r}: do not match __name__; kvdiag picks the vLLM metrics itself")
+    return body
+
+
+def series(name: str, sel: str, extra: str = "") -> str:
+    """A selector for one vLLM metric in every spelling: ``{__name__=~"(?:ray_)?vllm[:_]NAME",SEL}``."""
+    parts = [f'__name__=~"{_PREFIX}{re.escape(name)}"'] + [p for p in (sel, extra) if p]
+    return "{" + ",".join(parts) + "}"
+
+
+def _alternatives(exprs: list[str]) -> str:
+    return " or ".join(f"({e})" for e in exprs) if len(exprs) > 1 else exprs[0]
+
+
+class PromClient:
+    """A small Prometheus HTTP API client over a requests session (retries, headers, TLS of ``opts``)."""
+
+    def __init__(self, url: str, opts: HttpOptions | None = None) -> None:
+        self.base = url.rstrip("/")
+        for suffix in ("/api/v1/query", "/api/v1", "/graph"):
+            if self.base.endswith(suffix):
+                self.base = self.base[: -len(suffix)]
+        self.opts = opts or HttpOptions()
+        self.session = make_session(opts=self.opts)
+        self.queries = 0
+        self.seconds = 0.0
+
+    def _get(self, path: str, params: dict) -> list:
+        url = f"{self.base}{path}"
+        t0 = time.monotonic()
+        body, _ctype, status = http_get(self.session, url, self.opts.timeout, params=params, accept="application/json",
+                                        max_bytes=MAX_RESPONSE_BYTES, what="a Prometheus API answer")
+        self.seconds += time.monotonic() - t0
+        self.queries += 1
+        try:
+            data = json.loads(body)
+        except ValueError:
+            head = body[:80].decode("utf-8", "replace").strip().replace("\n", " ")
+            raise ScrapeError(f"{url}: HTTP {status}, not a Prometheus API answer (body starts {head!r})") from None
+        if not isinstance(data, dict) or "status" not in data:
+            raise ScrapeError(f"{url}: HTTP {status}, not a Prometheus API answer")
+        if data["status"] != "success":
+            raise ScrapeError(f"{url}: query failed ({data.get('errorType', 'error')}: {data.get('error', '?')}) "
+                              f"for: {params.get('query', '')[:200]}")
+        return data.get("data", {}).get("result", [])
+
+    def query(self, q: str, t: float) -> list:
+        """Instant query at Unix time ``t``; the ``result`` list (vector)."""
+        return self._get("/api/v1/query", {"query": q, "time": f"{t:.3f}"})
+
+    def query_range(self, q: str, start: float, end: float, step: float) -> list:
+        """Range query; the ``result`` list (matrix)."""
+        return self._get("/api/v1/query_range", {"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                                  "step": f"{step:g}"})
+
+
+# --- the fleet ----------------------------------------------------------------------------------
+def _inst(r: dict) -> str:
+    return r.get("metric", {}).get("instance", "")
+
+
+def collect_fleet(url: str, selector: str, start: float, end: float, step: float, http: HttpOptions | None = None,
+                  notes: list | None = None) -> list[tuple[str, Bundle]]:
+    """Query a Prometheus server for every vLLM instance ``selector`` matches over ``[start, end]``.
+
+    Returns ``[(instance, bundle)]`` sorted by instance. Each bundle holds: the gauges of
+    :data:`GAUGES` at ``step`` (source ``promql:…@TIME``); each counter of :data:`COUNTERS` as two
+    rows, 0 at ``start`` and ``increase(X[window])`` at ``end`` (so a rule's ``increase`` is the
+    server's); ``counter_resets`` from ``resets()``; window facts (``*_mean``, ``*_p50``,
+    ``*_p95``, ``prefix_cache_hit_rate_window`` / ``_early`` / ``_late`` / ``_drop``); the
+    ``cache_config_info`` labels as facts.
+
+    Raises:
+        ScrapeError: the server is unreachable, answers with an error, or holds no vLLM series.
+        InputError: a bad ``selector``.
+    """
+    sel = matchers(selector)
+    client = PromClient(url, http)
+    window = end - start
+    w = _dur(window)
+    bundles: dict[str, Bundle] = {}
+    n_points = 0
+
+    def bundle(inst: str) -> Bundle:
+        b = bundles.get(inst)
+        if b is None:
+            b = bundles[inst] = Bundle()
+        return b
+
+    step_iso: dict[float, str] = {}
+    for signal, (agg, names, extra) in GAUGES.items():
+        q = _alternatives([f"{agg} by (instance) ({series(n, sel, extra)})" for n in names])
+        src_q = f"promql:{agg} by (instance) ({'|'.join(names)})"
+        for r in client.query_range(q, start, end, step):
+            b = bundle(_inst(r))
+            for t, v in r.get("values", []):
+                t = float(t)
+                at = step_iso.get(t)
+                if at is None:
+                    at = step_iso[t] = iso(t)
+                b.add(signal, float(v), f"{src_q}@{at}", t=t)
+                n_points += 1
+    if not bundles:
+        kv = series("kv_cache_usage_perc", sel)
+        raise ScrapeError(f"{client.base}: no vLLM series for {selector or 'any instance'} between {iso(start)} and "
+                          f"{iso(end)} (looked for {kv} and the other vLLM gauges, both vllm: and vllm_ names)")
+    at_end, at_start = iso(end), iso(start)
+    for signal, names in COUNTERS.items():
+        q = _alternatives([f"sum by (instance) (increase({series(n, sel)}[{w}]))" for n in names])
+        for r in client.query(q, end):
+            v = float(r["value"][1])
+            if math.isnan(v):
+                continue
+            b = bundle(_inst(r))
+            src = f"promql:sum by (instance) (increase({names[0]}[{w}]))"
+            b.add(signal, 0.0, f"{src} start@{at_start}", t=start)
+            b.add(signal, v, f"{src}@{at_end}", t=end)
+    q = f"sum by (instance) (resets({series('num_preemptions_total', sel)}[{w}]))"
+    for r in client.query(q, end):
+        v = float(r["value"][1])
+        if v > 0:
+            bundle(_inst(r)).add("counter_resets", v, f"promql:resets(num_preemptions_total[{w}])@{at_end}", t=end,
+                                 text="num_preemptions")
+    for base, (stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
+        q = (f"sum by (instance) (increase({series(base + '_sum', sel)}[{w}])) / "
+             f"sum by (instance) (increase({series(base + '_count', sel)}[{w}]))")
+        _facts(client.query(q, end), bundle, f"{stem}_mean", f"promql:Δ{base}_sum/Δ{base}_count[{w}]@{at_end}", end)
+        for qv, suffix in ((0.5, "p50"), (0.95, "p95")):
+            q = f"histogram_quantile({qv}, sum by (instance, le) (increase({series(base + '_bucket', sel)}[{w}])))"
+            _facts(client.query(q, end), bundle, f"{stem}_{suffix}",
+                   f"promql:histogram_quantile({qv}, {base}_bucket[{w}])@{at_end}", end)
+
+    def hit_rate(at: float, rng: str) -> list:
+        return client.query(_alternatives([
+            f"sum by (instance) (increase({series(h, sel)}[{rng}])) / sum by (instance) (increase({series(q_, sel)}[{rng}]))"
+            for h, q_ in _HIT_PAIRS]), at)
+
+    _facts(hit_rate(end, w), bundle, "prefix_cache_hit_rate_window", f"promql:Δhits/Δqueries[{w}]@{at_end}", end)
+    third = _dur(window / 3)
+    early_at = start + window / 3
+    early = {(_inst(r)): float(r["value"][1]) for r in hit_rate(early_at, third)}
+    late = {(_inst(r)): float(r["value"][1]) for r in hit_rate(end, third)}
+    for inst, e in early.items():
+        lt = late.get(inst)
+        if lt is None or math.isnan(e) or math.isnan(lt):
+            continue
+        b = bundle(inst)
+        b.add("prefix_cache_hit_rate_early", e, f"promql:Δhits/Δqueries[{third}]@{iso(early_at)}", t=early_at)
+        b.add("prefix_cache_hit_rate_late", lt, f"promql:Δhits/Δqueries[{third}]@{at_end}", t=end)
+        b.add("prefix_cache_hit_rate_drop", e - lt, "derived: early − late, promql hit rates", t=end)
+    for r in client.query(f"last_over_time({series('cache_config_info', sel)}[{w}])", end):
+        _cache_config(bundle(_inst(r)), r["metric"], f"promql:cache_config_info{{instance=\"{_inst(r)}\"}}@{at_end}",
+                      end)
+    out = []
+    for inst in sorted(bundles):
+        b = bundles[inst]
+        info = InputInfo(kind="prometheus", name=f"{client.base} instance={inst}", records=client.queries,
+                         observations=len(b))
+        b.inputs.append(info)
+        out.append((inst or "(no instance label)", b))
+    if notes is not None:
+        notes.append(f"prometheus {client.base}: {len(out)} instance(s), {client.queries} PromQL queries, "
+                     f"{n_points:,} gauge points at step {step:g}s, window {at_start} .. {at_end}; server time "
+                     f"{client.seconds:.2f}s")
+    return out
+
+
+def _facts(result: list, bundle, signal: str, src: str, t: float) -> None:
+    assert signal in SIGNALS, signal
+    for r in result:
+        v = float(r["value"][1])
+        if math.isnan(v) or math.isinf(v):
+            continue
+        bundle(_inst(r)).add(signal, v, src, t=t)
