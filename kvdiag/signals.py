@@ -213,6 +213,9 @@ _SIGNALS = [
     Signal("other_processes_free_ratio", "fact", "ratio",
            "(GPU total − other processes' memory) / GPU total: the gpu_memory_utilization that fits next to them "
            "(derived)"),
+    Signal("gpu_memory_utilization_for_oom", "fact", "ratio",
+           "gpu_memory_utilization − (OOM bytes tried − free) / GPU total − 0.01: the setting that leaves the failed "
+           "allocation outside the KV pool (derived)"),
 ]
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in _SIGNALS}

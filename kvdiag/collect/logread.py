@@ -33,6 +33,7 @@ import sys
 from typing import BinaryIO, Callable, Iterator
 
 import ahocorasick_rs
+import numpy as np
 
 from ..errors import InputError
 
@@ -190,34 +191,42 @@ class RecordReader:
         self._ac = ahocorasick_rs.BytesAhoCorasick(sorted({n.encode() for n in needles if n}))
 
     def read(self, stream: BinaryIO) -> Iterator[tuple[int, list[bytes]]]:
-        carry = b""
+        buf = bytearray(BLOCK_BYTES + MAX_LINE_BYTES + 1)
+        view = memoryview(buf)
+        carry = 0  # bytes of an unfinished line kept at the front of buf
         first = True
         while True:
             try:
-                block = stream.read(BLOCK_BYTES)
+                got = stream.readinto(view[carry:carry + BLOCK_BYTES]) or 0
             except (OSError, EOFError, ValueError) as exc:
                 raise InputError(f"{self.name}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
             except Exception as exc:  # zstandard.ZstdError and other decoder errors
                 raise InputError(f"{self.name}: cannot decompress: {exc}") from None
-            final = not block
-            data = carry + block if carry else block
+            final = got == 0
+            size = carry + got
             if final:
-                body, carry = data, b""
-                if body and not body.endswith(b"\n"):
-                    body += b"\n"
+                if size and buf[size - 1] != 10:
+                    buf[size] = 10  # a last line without newline
+                    size += 1
+                cut = size
             else:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0 and len(data) >= MAX_LINE_BYTES:
-                    cut = len(data)
-                    data += b"\n"
-                    cut += 1
-                body, carry = data[:cut], data[cut:]
-            if body:
+                cut = buf.rfind(b"\n", 0, size) + 1
+                if cut == 0 and size >= MAX_LINE_BYTES:
+                    buf[size] = 10  # an over-long line is cut here
+                    size += 1
+                    cut = size
+            if cut:
+                body = view[:cut]
                 if first:
-                    self._check_text(body)
-                    self._detect_container(body)
+                    self._check_text(bytes(body[:1 << 16]))
+                    self._detect_container(bytes(body[:1 << 16]))
                     first = False
                 yield from self._block(body)
+                del body
+                carry = size - cut
+                buf[:carry] = buf[cut:size]
+            else:
+                carry = size
             if self._on_block:
                 self._on_block()
             if final:
@@ -252,36 +261,42 @@ class RecordReader:
             return bool(s) and not TS_START.match(s) and not s.startswith(b"#")
         return False
 
-    def _block(self, body: bytes) -> Iterator[tuple[int, list[bytes]]]:
+    def _block(self, body: memoryview) -> Iterator[tuple[int, list[bytes]]]:
+        """Candidate records of one block of whole lines (``body`` ends with ``\\n``)."""
         base = self.lines
-        self.lines += body.count(b"\n")
-        counted_to = 0
-        counted = base
-        done_to = 0  # end of the last record handed out (exclusive)
+        nl = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 10)  # newline offsets
+        self.lines += len(nl)
+        matches = self._ac.find_matches_as_indexes(body)
+        if not matches:
+            return
         n = len(body)
-        for _idx, start, _end in self._ac.find_matches_as_indexes(body, overlapping=False):
+        done_to = 0  # end of the last record handed out (exclusive)
+        for _idx, start, _end in matches:
             if start < done_to:
                 continue
-            ls = body.rfind(b"\n", 0, start) + 1
-            le = body.find(b"\n", start) + 1 or n
-            lines = [body[ls:le - 1]]
+            k = int(np.searchsorted(nl, start))  # line index inside the block
+            ls = int(nl[k - 1]) + 1 if k else 0
+            le = int(nl[k]) + 1 if k < len(nl) else n
+            lines = [bytes(body[ls:le - 1])]
+            first = k
             if self.container:
                 # walk back while this line continues the previous one (bounded, inside the block)
                 while ls > done_to and len(lines) < MAX_JOIN:
-                    ps = body.rfind(b"\n", 0, ls - 1) + 1
-                    prev = body[ps:ls - 1]
+                    ps = int(nl[first - 2]) + 1 if first >= 2 else 0
+                    prev = bytes(body[ps:ls - 1])
                     if not self._continues(prev, lines[0]):
                         break
                     lines.insert(0, prev)
                     ls = ps
+                    first -= 1
+                j = k + 1
                 while le < n and len(lines) < MAX_JOIN:
-                    ne = body.find(b"\n", le) + 1 or n
-                    nxt = body[le:ne - 1]
+                    ne = int(nl[j]) + 1 if j < len(nl) else n
+                    nxt = bytes(body[le:ne - 1])
                     if not self._continues(lines[-1], nxt):
                         break
                     lines.append(nxt)
                     le = ne
-            counted += body.count(b"\n", counted_to, ls)
-            counted_to = ls
+                    j += 1
             done_to = le
-            yield counted + 1, lines
+            yield base + first + 1, lines

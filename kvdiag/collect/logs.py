@@ -931,6 +931,9 @@ EVENT_VERSIONS: dict[str, str] = {
 }
 
 
+_COMMON_WORDS = {"Engine", "Engines", "tokens", "tokens/s", "Error", "version", "seconds", "GiB", "INFO", "reqs"}
+
+
 def _literal_needles(items, flags: int) -> list[str] | None:
     """Literal substrings one of which every match of the parsed pattern ``items`` contains (the longest
     top-level literal run, or one run per alternative of a group/alternation), or ``None`` when none is found."""
@@ -965,11 +968,14 @@ def _literal_needles(items, flags: int) -> list[str] | None:
     end_run()
     if not options:
         return None
-    # the first run of 6+ characters (the start of a message is its most specific part), else the longest
-    for ns in options:
-        if min(len(n) for n in ns) >= 6:
-            return ns
-    return max(options, key=lambda ns: (min(len(n) for n in ns), -len(ns)))
+    # the most specific option: longest shortest needle, words that every stats or request line holds
+    # count as nothing (any substring of a needle is a needle too, so leading blanks are dropped)
+    options = [[n.lstrip(" ") if len(n.lstrip(" ")) >= 3 else n for n in ns] for ns in options]
+
+    def score(ns: list[str]) -> int:
+        return 0 if any(n.strip(" :.,") in _COMMON_WORDS for n in ns) else min(len(n) for n in ns)
+
+    return max(options, key=score)
 
 
 def needles_of(pattern: re.Pattern) -> list[str]:
