@@ -211,8 +211,8 @@ _SIGNALS = [
            "OOM bytes / (vocab_size × 4): how many fp32 logit rows the failed allocation was (needs --model-config) "
            "(derived)"),
     Signal("other_processes_free_ratio", "fact", "ratio",
-           "(GPU total − other processes' memory) / GPU total: the gpu_memory_utilization that fits next to them "
-           "(derived)"),
+           "(GPU total − other processes' memory) / GPU total − 0.05, rounded down: the gpu_memory_utilization "
+           "that fits next to them (derived)"),
     Signal("gpu_memory_utilization_for_oom", "fact", "ratio",
            "gpu_memory_utilization − (OOM bytes tried − free) / GPU total − 0.01: the setting that leaves the failed "
            "allocation outside the KV pool (derived)"),
