@@ -182,6 +182,7 @@ class LogCollector:
             for lineno, lines in reader.read(stream):
                 self._record(lineno, lines, reader.container)
             self._flush_stats()
+            self._close_open_tracebacks()
         info.records = reader.lines
         if info.records == 0:
             raise InputError(f"{path}: empty file, expected vLLM log lines")
@@ -325,6 +326,16 @@ class LogCollector:
             etype = exc.group("type") if exc else "OutOfMemoryError"
             self._add("exception", len(frames), line, text=f"{etype} in {where}" + (f" [{phase}]" if phase else ""))
         self._close_tb = False
+
+    def _close_open_tracebacks(self) -> None:
+        """Traceback frames never closed by an exception line (a cut log): one ``exception`` event each, type ``?``."""
+        for key, frames in list(self._frames.items()):
+            if frames:
+                phase, func, path = deciding_frame(frames)
+                line = Line(self._frames_line.get(key, 0), None, key, "", "")
+                self._add("exception", len(frames), line,
+                          text=f"? in {func} ({path.rsplit('/', 1)[-1]})" + (f" [{phase}]" if phase else ""))
+        self._frames.clear()
 
     def _flush_stats(self) -> None:
         """Emit the buffered periodic stats of one interval; several DP engines are combined."""
@@ -607,6 +618,9 @@ def _w4(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("weights_load_failed", 1, line)
 
 
+_WORKER_METHOD = re.compile(r"while processing method (\w+)")
+
+
 def _oom(c: LogCollector, m: re.Match, line: Line) -> None:
     """PyTorch 'CUDA out of memory. Tried to allocate X. GPU i has a total capacity of T of which F is free. ...'
     (torch 2.1+ wording; 'capacty' typo in 2.1), §2.7. The phase comes from the traceback frames seen in the same
@@ -625,6 +639,13 @@ def _oom(c: LogCollector, m: re.Match, line: Line) -> None:
     phase = phase_of(frames)
     if not phase and "Error in model execution" in msg:
         phase = "runtime"
+    mm = _WORKER_METHOD.search(msg)
+    if not phase and mm:  # V0 'Exception in worker ... while processing method determine_num_available_blocks'
+        phase = phase_of([("", mm.group(1))])
+    if not phase:
+        phase = c._step.get(key, "")
+    if phase == "profile" and c._segment_signals & {"mm_profile_run", "mm_profile_warning"}:
+        phase = "encoder"  # the profile run of a multimodal model runs the encoder on dummy images first
     if not phase and "sampler" in msg.lower():
         phase = "sampler"
     c._add("gpu_total_bytes", total, line)
@@ -809,6 +830,20 @@ def _prompt_too_long(c: LogCollector, m: re.Match, line: Line) -> None:
            text="prompt_exceeds_pool" if "block_manager" in line.msg else "prompt_exceeds_limit")
 
 
+def _worker_method(c: LogCollector, m: re.Match, line: Line) -> None:
+    """V0 'Exception in worker VllmWorkerProcess while processing method M' (multiproc_worker_utils.py, 0.5-0.10):
+    the start-up step the worker failed in (``determine_num_available_blocks`` = profiling) for a later OOM line."""
+    phase = phase_of([("", m.group(1))])
+    if phase:
+        c._step[line.proc or "main"] = phase
+
+
+def _context_limit(c: LogCollector, m: re.Match, line: Line) -> None:
+    """OpenAI server 400 error "This model's maximum context length is N tokens ..." (all versions): N is
+    max_model_len."""
+    c._add("max_model_len", float(m.group(1)), line)
+
+
 def _stats_disabled(c: LogCollector, m: re.Match, line: Line) -> None:
     """'AsyncLLM created with api_server_count more than 1; disabling stats logging' (0.10+): no stats lines."""
     c._add("stats_logging_disabled", 1, line)
@@ -881,6 +916,8 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
      _failing_request),
     ("prompt_too_long", re.compile(r"Input prompt \((\d+) tokens\)(?: \+ lookahead slots \(\d+\))? is too long and "
                                    r"exceeds"), _prompt_too_long),
+    ("worker_method", _WORKER_METHOD, _worker_method),
+    ("context_limit", re.compile(r"This model's maximum context length is (\d+) tokens"), _context_limit),
     ("stats_disabled", re.compile(r"api_server_count more than 1; disabling stats logging"), _stats_disabled),
     # measurements an operator reported next to the log (incident write-ups), not vLLM lines
     ("measure_pool", re.compile(r"\bpool: ([\d,]+) tokens\b(?:.*?/ ([\d,]+) GPU blocks)?"), _measure_pool),
@@ -927,6 +964,8 @@ EVENT_VERSIONS: dict[str, str] = {
     "max_len": "V1 0.8+",
     "failing_request": "V0 0.4-0.10", "prompt_too_long": "V0 0.4-0.10",
     "stats_disabled": "0.10+",
+    "worker_method": "V0 0.5-0.10 (multiproc workers)",
+    "context_limit": "all (OpenAI-compatible server request errors)",
     "measure_pool": "operator write-ups", "measure_request": "operator write-ups", "measure_usage": "operator write-ups",
 }
 
