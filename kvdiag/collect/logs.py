@@ -965,6 +965,9 @@ EVENT_VERSIONS: dict[str, str] = {
     "failing_request": "V0 0.4-0.10", "prompt_too_long": "V0 0.4-0.10",
     "stats_disabled": "0.10+",
     "worker_method": "V0 0.5-0.10 (multiproc workers)",
+    "oom_others": "torch 2.1+ OOM text (vLLM 0.4+)",
+    "mm_profile_warning": "0.9+ (profiling.py)",
+    "mm_profile_run": "V0 0.6 encoder-decoder models (enc_dec_model_runner.py)",
     "context_limit": "all (OpenAI-compatible server request errors)",
     "measure_pool": "operator write-ups", "measure_request": "operator write-ups", "measure_usage": "operator write-ups",
 }
