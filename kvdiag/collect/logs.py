@@ -264,7 +264,7 @@ class LogCollector:
             level = h.group("level")
             self.formats.add("V0 'file.py:N]' (0.4-0.7)" if h.group("file2") else "'[file:N]' (0.8+)")
             if proc:
-                self.formats.add("process tag (" + re.sub(r"\d+", "N", proc) + ")")
+                self.formats.add(_proc_format(proc))
             if t is None and h.group("mon"):
                 t = self._header_time(int(h.group("mon")), int(h.group("day")), h.group("time"))
             text = text[h.end():]  # anything before the header is a glued progress bar
@@ -358,6 +358,23 @@ class LogCollector:
             self._add(signal, value, line)
 
 
+# process tags (§2.1) → the versions that print them
+_PROC_VERSIONS = [
+    (re.compile(r"^VllmWorkerProcess "), "(0.4-0.10)"), (re.compile(r"^VllmWorker rank="), "(0.6-0.9)"),
+    (re.compile(r"^EngineCore_\d+ "), "(0.8-0.9)"), (re.compile(r"^EngineCore_DP\d+ "), "(0.10+)"),
+    (re.compile(r"^EngineCore pid"), "(0.24+)"), (re.compile(r"^APIServer "), "(0.10+)"),
+    (re.compile(r"^MainProcess "), "(0.33+)"), (re.compile(r"^Worker(?:_\w+)? pid"), "(0.10+)"),
+]
+
+
+def _proc_format(proc: str) -> str:
+    label = "process tag (" + re.sub(r"\d+", "N", proc) + ")"
+    for pattern, versions in _PROC_VERSIONS:
+        if pattern.match(proc):
+            return f"{label} {versions}"
+    return label
+
+
 def _parse_rfc3339(ts: str) -> float | None:
     ts = ts.replace("Z", "+00:00")
     m = re.match(r"(.*\d\d:\d\d:\d\d)(\.\d+)?(.*)", ts)
@@ -416,6 +433,12 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
         return
     me = _STATS_ENGINE.search(msg)
     engine = (me.group(1) or "agg") if me else ""
+    if "Pending:" in msg:
+        c.formats.add("V0 stats line 'Pending' (0.4-0.10)")
+    elif engine:
+        c.formats.add("stats line 'Engine NNN:' (0.8+)")
+    if "Preemptions:" in msg:
+        c.formats.add("stats line 'Preemptions' (0.16+)")
     if engine:
         c._engines.add(engine)
     pending = c._stats_pending
@@ -442,6 +465,10 @@ def _preempt(c: LogCollector, m: re.Match, line: Line) -> None:
 def _weights(c: LogCollector, m: re.Match, line: Line) -> None:
     """W1 'Loading model weights took X GB' (GiB despite the name) / W2, W3 'Model loading took X GiB'."""
     c._new_segment(line, "weights")
+    msg = line.msg
+    c.formats.add("weights line W1 'GB' (0.4-0.7)" if "weights took" in msg else
+                  "weights line W3 'GiB memory and' (0.16+)" if "GiB memory and" in msg else
+                  "weights line W2 'GiB and' (0.8-0.11)")
     c._add("weights_bytes", float(m.group(1)) * GIB, line)
     c._add("startup_segments", 1, line, text="weights_loaded")
 
@@ -508,6 +535,8 @@ def _blocks(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _k4(c: LogCollector, m: re.Match, line: Line) -> None:
     """K4/K6 'GPU KV cache size: N tokens' (V1 0.8+)."""
+    if "Maximum concurrency" in line.msg:
+        c.formats.add("merged KV size + concurrency line K6 (0.33+)")
     c._add("kv_cache_size_tokens", float(m.group(1).replace(",", "")), line)
 
 
