@@ -39,7 +39,8 @@ DURATION = Duration()
 def _source_options(f):
     """The sources shared by the judging verbs."""
     options = [
-        click.option("--log", "logs", multiple=True, metavar="FILE", help="vLLM log file (repeatable; .gz read too)."),
+        click.option("--log", "logs", multiple=True, metavar="FILE",
+                     help="vLLM log: file, .gz or .zst, '-' for stdin (repeatable; rotated sets read oldest first)."),
         click.option("--metrics-file", "metrics_files", multiple=True, metavar="FILE",
                      help="Saved /metrics page (repeatable)."),
         click.option("--metrics-url", "metrics_urls", multiple=True, metavar="URL",
