@@ -30,6 +30,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 import requests
 from requests.adapters import HTTPAdapter
+import urllib3
 from urllib3.util.retry import Retry
 
 from ..bundle import Bundle, InputInfo, iso
@@ -326,6 +327,8 @@ def make_session(retries: int = 2, backoff: float = 0.2, opts: HttpOptions | Non
     if opts is not None:
         session.headers.update(opts.headers)
         session.verify = opts.verify
+        if opts.verify is False:  # the operator asked for it (--insecure): no warning per request
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     return session
 
 
@@ -338,7 +341,8 @@ def http_get(session: requests.Session, url: str, timeout: float, *, params: dic
     """
     deadline = time.monotonic() + timeout
     try:
-        resp = session.get(url, params=params, timeout=(timeout / 3, timeout), stream=True, headers={"Accept": accept})
+        resp = session.get(url, params=params, timeout=(timeout / 3, timeout), stream=True, headers={"Accept": accept},
+                           verify=session.verify)  # explicit: REQUESTS_CA_BUNDLE would override the session
     except requests.exceptions.SSLError as exc:
         reason = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else "TLS error"
         raise ScrapeError(f"{url}: {reason} (use --ca-cert FILE, or --insecure)") from None
@@ -347,14 +351,23 @@ def http_get(session: requests.Session, url: str, timeout: float, *, params: dic
     except requests.exceptions.ReadTimeout:
         raise ScrapeError(f"{url}: no answer within {timeout:g}s") from None
     except requests.exceptions.ConnectionError as exc:
-        reason = "connection refused" if "refused" in str(exc).lower() else "cannot connect"
+        msg = str(exc).lower()
+        if "read timed out" in msg:  # urllib3 wraps a read timeout in MaxRetryError when retries are spent
+            raise ScrapeError(f"{url}: no answer within {timeout:g}s") from None
+        reason = "connection refused" if "refused" in msg else (
+            f"connection timed out after {timeout:g}s" if "timed out" in msg else "cannot connect")
         raise ScrapeError(f"{url}: {reason}") from None
     except requests.exceptions.RequestException as exc:
         raise ScrapeError(f"{url}: {exc.__class__.__name__}: {exc}") from None
     with resp:
         chunks, size = [], 0
+        raw = resp.raw
+        if hasattr(raw, "read1"):  # urllib3 2: returns as soon as some bytes arrived, so a drip cannot hold us
+            reader = iter(lambda: raw.read1(65536, decode_content=True), b"")
+        else:
+            reader = resp.iter_content(4096)
         try:
-            for chunk in resp.iter_content(65536):
+            for chunk in reader:
                 size += len(chunk)
                 if size > max_bytes:
                     raise ScrapeError(f"{url}: body larger than {max_bytes // 2**20} MiB, not {what}")
@@ -363,7 +376,9 @@ def http_get(session: requests.Session, url: str, timeout: float, *, params: dic
                 chunks.append(chunk)
         except requests.exceptions.ReadTimeout:
             raise ScrapeError(f"{url}: body stalled, no data within {timeout:g}s") from None
-        except requests.exceptions.RequestException as exc:
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as exc:
+            if "timed out" in str(exc).lower():
+                raise ScrapeError(f"{url}: body stalled, no data within {timeout:g}s") from None
             raise ScrapeError(f"{url}: body cut off ({exc.__class__.__name__})") from None
         return b"".join(chunks), resp.headers.get("Content-Type", ""), resp.status_code
 
