@@ -184,7 +184,8 @@ def _shares(bundle: Bundle) -> None:
         r = float(other.loc[i, "value"]) / total[0]
         src = f"{float(other.loc[i, 'value']) / 2**30:.2f} GiB ({other.loc[i, 'source']}) / GPU {total[0] / 2**30:.2f} GiB ({total[1]})"
         bundle.add("oom_other_processes_ratio", r, f"derived: {src}")
-        bundle.add("other_processes_free_ratio", 1 - r, f"derived: 1 − {src}")
+        bundle.add("other_processes_free_ratio", math.floor((1 - r - 0.05) * 100) / 100,
+                   f"derived: 1 − {src} − 0.05 margin, rounded down")
     budget = _last(bundle, "gpu_budget_bytes")
     if budget is None:
         util = _last(bundle, "gpu_memory_utilization")
@@ -205,6 +206,15 @@ def _shares(bundle: Bundle) -> None:
         bundle.add("kv_size_line_ratio", size[0] / tokens,
                    f"derived: KV cache size {size[0]:,.0f} tokens ({size[1]}) / {tokens:,.0f} tokens "
                    f"(concurrency {conc[1]})")
+    util = _last(bundle, "gpu_memory_utilization")
+    ooms = df[df["signal"] == "cuda_oom"].dropna(subset=["value"])
+    free = _last(bundle, "oom_free_bytes")
+    if util and total and total[0] > 0 and not ooms.empty and free:
+        tried = float(ooms["value"].iloc[-1])
+        need = util[0] - max(0.0, tried - free[0]) / total[0] - 0.01
+        bundle.add("gpu_memory_utilization_for_oom", math.floor(need * 100) / 100,
+                   f"derived: {util[0]:.2f} ({util[1]}) − (tried {tried / 2**30:.2f} GiB − free {free[0] / 2**30:.2f} "
+                   f"GiB, {ooms['source'].iloc[-1]}) / GPU {total[0] / 2**30:.2f} GiB − 0.01, rounded down")
     cfg = bundle.model_config or {}
     vocab = (cfg.get("text_config") or {}).get("vocab_size") or cfg.get("vocab_size")
     phases = df[(df["signal"] == "cuda_oom")]

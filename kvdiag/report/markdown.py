@@ -1,0 +1,56 @@
+"""Markdown renderer for incident tickets: :class:`~kvdiag.report.model.Report` → str.
+
+Layout, for a reader who has ten seconds: a title with the verdict, one paragraph of what happened, what to change
+(the primary finding's remedies), then the evidence table with sources, what was ruled out (counter-evidence of the
+look-alikes), what could not be judged, and the inputs. Consumes the finished report and nothing else.
+"""
+
+from __future__ import annotations
+
+from .model import Report
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Report) -> str:
+    """The report as GitHub-flavoured Markdown (one table per firing finding's evidence)."""
+    from .render import _fmt_value  # the text renderer's unit formatting, shared
+
+    v = report.verdict
+    fired = [f for f in report.findings if f.status == "fires"]
+    primary = next((f for f in fired if f.cls == v.primary), None)
+    out = [f"# kvdiag: {v.severity.upper()} — `{v.primary}` (confidence {v.confidence})", "",
+           f"**What happened.** {v.summary}", ""]
+    if primary and primary.remedy:
+        out += ["**What to change.**", ""] + [f"{i}. {r}" for i, r in enumerate(primary.remedy, 1)] + [""]
+    for f in fired:
+        out += [f"## {f.rule_id} `{f.cls}` ({f.severity}): {f.title}", "", f.message, ""]
+        if f.evidence:
+            out += ["| signal | value | source |", "|---|---|---|"]
+            for e in f.evidence:
+                agg = "" if e.agg == "last" else f" ({e.agg})"
+                out.append(f"| `{e.signal}`{agg} | {_cell(_fmt_value(e.value, e.unit))} | `{_cell(e.source)}` |")
+            out.append("")
+        if f is not primary and f.remedy:
+            out += ["Fix:", ""] + [f"- {r}" for r in f.remedy] + [""]
+    quiet = [f for f in report.findings if f.status == "quiet"]
+    if quiet:
+        out += ["## Ruled out", ""] + [f"- **{f.cls}** ({f.rule_id}): {f.message}" for f in quiet] + [""]
+    unknown = [f for f in report.findings if f.status == "unknown"]
+    if unknown:
+        out += ["<details><summary>Not judged (missing signals)</summary>", ""]
+        out += [f"- {f.rule_id} `{f.cls}`: {f.reason}" for f in unknown] + ["", "</details>", ""]
+    out += ["## Inputs", ""]
+    for i in report.inputs:
+        line = f"- {i['kind']} `{i['name']}`: {i['records']} record(s), {i['observations']} observation(s)"
+        if i.get("notes"):
+            line += "; " + "; ".join(i["notes"])
+        out.append(line)
+    w = report.window
+    if w.get("start"):
+        out.append(f"- window: {w['start']} .. {w['end']}")
+    for n in report.notes:
+        out.append(f"- note: {n}")
+    return "\n".join(out).rstrip("\n") + "\n"

@@ -1,0 +1,67 @@
+"""Report formats: the JSON output validates against kvdiag/report/report.schema.json for every incident; golden text,
+JSON and Markdown reports of three incidents (regenerate with KVDIAG_UPDATE_GOLDEN=1 and read the diff)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import FIXTURES
+
+import kvdiag
+
+SCHEMA = json.loads((Path(kvdiag.__file__).parent / "report" / "report.schema.json").read_text())
+GOLDEN = Path(__file__).parent / "golden"
+INCIDENTS = sorted(p.parent for p in (FIXTURES / "incidents").glob("*/expected.yaml"))
+GOLDEN_CASES = ["029", "007", "005"]  # capacity pressure at runtime, sampler warm-up OOM, a co-tenant on the GPU
+FORMATS = {"text": "txt", "json": "json", "markdown": "md"}
+
+
+def test_schema_is_a_valid_schema():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("case", INCIDENTS, ids=[c.name[:3] for c in INCIDENTS])
+def test_json_report_validates_against_schema(case, kvdiag):
+    res = kvdiag("analyze", "--log", str(case / "vllm.log"), "--format", "json")
+    jsonschema.validate(res.json(), SCHEMA)
+
+
+def test_schema_rejects_a_broken_report(kvdiag):
+    case = INCIDENTS[0]
+    report = kvdiag("analyze", "--log", str(case / "vllm.log"), "--format", "json").json()
+    report["verdict"]["primary"] = "fragmentation"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(report, SCHEMA)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("num", GOLDEN_CASES)
+def test_golden_report(num, fmt, kvdiag):
+    case = next(c for c in INCIDENTS if c.name.startswith(num))
+    # a path relative to the checkout (the CLI runs there): the report does not depend on where it is checked out
+    res = kvdiag("analyze", "--log", f"fixtures/incidents/{case.name}/vllm.log", "--format", fmt)
+    out = _without_inputs(res.out.replace(kvdiag_version(), "VERSION"), fmt)
+    path = GOLDEN / f"{case.name[:3]}.{FORMATS[fmt]}"
+    if os.environ.get("KVDIAG_UPDATE_GOLDEN"):
+        path.write_text(out)
+    assert out == path.read_text(), f"{path} differs; review, then KVDIAG_UPDATE_GOLDEN=1"
+
+
+def _without_inputs(out: str, fmt: str) -> str:
+    """The collectors' input notes (line counts, detected formats) belong to the log collector's tests; the golden
+    files pin the diagnosis: verdict, evidence with sources, fix, ruled out."""
+    if fmt == "json":
+        data = json.loads(out)
+        data.pop("inputs", None)
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    marker = "\nInputs:\n" if fmt == "text" else "\n## Inputs\n"
+    return out.split(marker)[0] + "\n"
+
+
+def kvdiag_version() -> str:
+    return kvdiag.__version__
