@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import jsonschema
@@ -28,7 +29,12 @@ def test_schema_is_a_valid_schema():
 @pytest.mark.parametrize("case", INCIDENTS, ids=[c.name[:3] for c in INCIDENTS])
 def test_json_report_validates_against_schema(case, kvdiag):
     res = kvdiag("analyze", "--log", str(case / "vllm.log"), "--format", "json")
-    jsonschema.validate(res.json(), SCHEMA)
+    report = res.json()
+    jsonschema.validate(report, SCHEMA)
+    # every number of every finding (firing or counter-evidence) names its log line, directly or in its derivation
+    for f in report["findings"]:
+        for e in f["evidence"]:
+            assert re.search(r"log:vllm\.log:\d+", e["source"]), (f["rule_id"], e)
 
 
 def test_schema_rejects_a_broken_report(kvdiag):
