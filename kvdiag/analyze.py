@@ -103,21 +103,10 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
     from .engine.evaluate import Verdict
     from .errors import ScrapeError
 
-    servers: list[tuple[str, Bundle | None, str | None]] = []
-    if prometheus is not None:
-        from .collect.prometheus import collect_fleet
+    instances: list[InstanceReport] = []
+    inputs: list[dict] = []
 
-        fleet_notes: list[str] = []
-        for name, b in collect_fleet(**prometheus, http=http, notes=fleet_notes):
-            servers.append((name, b, None))
-    else:
-        fleet_notes = []
-        for tg in scrape_targets(list(metrics_urls), duration, interval, http, progress):
-            servers.append((tg.url, None if tg.error else tg.bundle, tg.error))
-    if servers and all(err for _n, _b, err in servers):
-        raise ScrapeError("no server could be read: " + "; ".join(err for _n, _b, err in servers))
-    instances, inputs = [], []
-    for name, b, err in servers:
+    def judge(name: str, b: Bundle | None, err: str | None) -> None:
         if b is None:
             inst = InstanceReport(name, Verdict("inconclusive", "ok", "low", f"Not judged: {err}"), [], error=err,
                                   inputs=[{"kind": "metrics-url", "name": name, "records": 0, "observations": 0,
@@ -127,7 +116,20 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
             start, end = b.window()
             inst = InstanceReport(name, v, findings, [i.to_dict() for i in b.inputs], {"start": start, "end": end})
         instances.append(inst)
-        inputs += inst.inputs
+        inputs.extend(inst.inputs)
+
+    fleet_notes: list[str] = []
+    if prometheus is not None:
+        from .collect.prometheus import iter_fleet
+
+        for name, b in iter_fleet(**prometheus, http=http, notes=fleet_notes):
+            judge(name, b, None)  # judged as they come: the fleet's raw series are never all in memory
+    else:
+        targets = scrape_targets(list(metrics_urls), duration, interval, http, progress)
+        if all(tg.error for tg in targets):
+            raise ScrapeError("no server could be read: " + "; ".join(tg.error for tg in targets))
+        for tg in targets:
+            judge(tg.url, None if tg.error else tg.bundle, tg.error)
     instances.sort(key=InstanceReport.rank)
     worst = instances[0]
     starts = [i.window["start"] for i in instances if i.window.get("start")]

@@ -70,6 +70,8 @@ class Bundle:
         self.model_config: dict | None = None
         self.model_config_source: str = ""
         self._frame: pd.DataFrame | None = None
+        self._groups: dict[str, pd.DataFrame] = {}
+        self._names: set[str] = set()
 
     def add(self, signal: str, value: float | None, source: str, *, t: float | None = None,
             text: str = "", segment: int = 0) -> None:
@@ -84,6 +86,7 @@ class Bundle:
         self._rows.append((signal, math.nan if t is None else float(t), self._seq, v, text, source, segment))
         self._seq += 1
         self._frame = None
+        self._names.add(signal)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -95,15 +98,19 @@ class Bundle:
             df = df.astype({"signal": object, "t": "float64", "seq": "int64", "value": "float64",
                             "text": object, "source": object, "segment": "int64"})
             self._frame = df
+            self._groups = {}  # per-signal rows, built once per frame (rules ask for each signal many times)
         return self._frame
 
     def signal(self, name: str) -> pd.DataFrame:
         """Rows of one signal, in arrival order (same columns as :meth:`frame`)."""
         df = self.frame()
-        return df[df["signal"] == name]
+        if not self._groups and len(df):
+            self._groups = dict(tuple(df.groupby("signal", sort=False)))
+        rows = self._groups.get(name)
+        return rows if rows is not None else df.iloc[0:0]
 
     def has(self, name: str) -> bool:
-        return bool((self.frame()["signal"] == name).any()) if self._rows else False
+        return name in self._names
 
     def window(self) -> tuple[str | None, str | None]:
         """First and last observation time as RFC 3339 UTC strings, or ``(None, None)``."""

@@ -184,16 +184,30 @@ def _inst(r: dict) -> str:
     return r.get("metric", {}).get("instance", "")
 
 
+def _re_literal(value: str) -> str:
+    """A label value as an RE2 literal inside a PromQL double-quoted string."""
+    lit = re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", value)
+    return lit.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def collect_fleet(url: str, selector: str, start: float, end: float, step: float, http: HttpOptions | None = None,
-                  notes: list | None = None) -> list[tuple[str, Bundle]]:
+                  notes: list | None = None, batch: int = 50) -> list[tuple[str, Bundle]]:
+    """All of :func:`iter_fleet` as a list."""
+    return list(iter_fleet(url, selector, start, end, step, http, notes, batch))
+
+
+def iter_fleet(url: str, selector: str, start: float, end: float, step: float, http: HttpOptions | None = None,
+               notes: list | None = None, batch: int = 50):
     """Query a Prometheus server for every vLLM instance ``selector`` matches over ``[start, end]``.
 
-    Returns ``[(instance, bundle)]`` sorted by instance. Each bundle holds: the gauges of
-    :data:`GAUGES` at ``step`` (source ``promql:…@TIME``); each counter of :data:`COUNTERS` as two
-    rows, 0 at ``start`` and ``increase(X[window])`` at ``end`` (so a rule's ``increase`` is the
-    server's); ``counter_resets`` from ``resets()``; window facts (``*_mean``, ``*_p50``,
-    ``*_p95``, ``prefix_cache_hit_rate_window`` / ``_early`` / ``_late`` / ``_drop``); the
-    ``cache_config_info`` labels as facts.
+    Yields ``(instance, bundle)`` sorted by instance. The instances are found first (any vLLM gauge
+    in the window), then queried ``batch`` at a time (``instance=~"a|b|…"``), so memory stays
+    bounded however large the fleet. Each bundle holds: the gauges of :data:`GAUGES` at ``step``
+    (source ``promql:…@TIME``); each counter of :data:`COUNTERS` as two rows, 0 at ``start`` and
+    ``increase(X[window])`` at ``end`` (so a rule's ``increase`` is the server's);
+    ``counter_resets`` from ``resets()``; window facts (``*_mean``, ``*_p50``, ``*_p95``,
+    ``prefix_cache_hit_rate_window`` / ``_early`` / ``_late`` / ``_drop``); the ``cache_config_info``
+    labels as facts. ``notes`` (a list) receives one summary line at the end.
 
     Raises:
         ScrapeError: the server is unreachable, answers with an error, or holds no vLLM series.
@@ -201,6 +215,34 @@ def collect_fleet(url: str, selector: str, start: float, end: float, step: float
     """
     sel = matchers(selector)
     client = PromClient(url, http)
+    w = _dur(end - start)
+    names = "|".join(re.escape(n) for _agg, ns, _x in GAUGES.values() for n in ns)
+    found = client.query(f'count by (instance) (last_over_time({{__name__=~"{_PREFIX}(?:{names})"'
+                         + (f",{sel}" if sel else "") + f"}}[{w}]))", end)
+    instances = sorted({_inst(r) for r in found})
+    if not instances:
+        kv = series("kv_cache_usage_perc", sel)
+        raise ScrapeError(f"{client.base}: no vLLM series for {selector or 'any instance'} between {iso(start)} and "
+                          f"{iso(end)} (looked for {kv} and the other vLLM gauges, both vllm: and vllm_ names)")
+    points = 0
+    for i in range(0, len(instances), batch):
+        part = instances[i:i + batch]
+        inst_sel = f'instance=~"{"|".join(_re_literal(x) for x in part)}"' if any(part) else 'instance=""'
+        bundles, n = _collect_batch(client, ",".join(x for x in (sel, inst_sel) if x), start, end, step)
+        points += n
+        for inst in sorted(bundles):
+            b = bundles.pop(inst)
+            b.inputs.append(InputInfo(kind="prometheus", name=f"{client.base} instance={inst}", records=1,
+                                      observations=len(b)))
+            yield inst or "(no instance label)", b
+    if notes is not None:
+        notes.append(f"prometheus {client.base}: {len(instances)} instance(s), {client.queries} PromQL queries, "
+                     f"{points:,} gauge points at step {step:g}s, window {iso(start)} .. {iso(end)}; server time "
+                     f"{client.seconds:.2f}s")
+
+
+def _collect_batch(client: PromClient, sel: str, start: float, end: float, step: float) -> tuple[dict, int]:
+    """The queries of :func:`iter_fleet` for the instances ``sel`` matches → ``({instance: bundle}, points)``."""
     window = end - start
     w = _dur(window)
     bundles: dict[str, Bundle] = {}
@@ -212,32 +254,28 @@ def collect_fleet(url: str, selector: str, start: float, end: float, step: float
             b = bundles[inst] = Bundle()
         return b
 
-    step_iso: dict[float, str] = {}
     for signal, (agg, names, extra) in GAUGES.items():
         q = _alternatives([f"{agg} by (instance) ({series(n, sel, extra)})" for n in names])
-        src_q = f"promql:{agg} by (instance) ({'|'.join(names)})"
+        src_q = f"promql:{agg} by (instance) ({'|'.join(names)})@"
+        sources: dict[float, str] = {}
         for r in client.query_range(q, start, end, step):
             b = bundle(_inst(r))
             for t, v in r.get("values", []):
                 t = float(t)
-                at = step_iso.get(t)
-                if at is None:
-                    at = step_iso[t] = iso(t)
-                b.add(signal, float(v), f"{src_q}@{at}", t=t)
+                src = sources.get(t)
+                if src is None:  # one string per step, shared by every instance
+                    src = sources[t] = src_q + iso(t)
+                b.add(signal, float(v), src, t=t)
                 n_points += 1
-    if not bundles:
-        kv = series("kv_cache_usage_perc", sel)
-        raise ScrapeError(f"{client.base}: no vLLM series for {selector or 'any instance'} between {iso(start)} and "
-                          f"{iso(end)} (looked for {kv} and the other vLLM gauges, both vllm: and vllm_ names)")
     at_end, at_start = iso(end), iso(start)
     for signal, names in COUNTERS.items():
         q = _alternatives([f"sum by (instance) (increase({series(n, sel)}[{w}]))" for n in names])
+        src = f"promql:sum by (instance) (increase({names[0]}[{w}]))"
         for r in client.query(q, end):
             v = float(r["value"][1])
             if math.isnan(v):
                 continue
             b = bundle(_inst(r))
-            src = f"promql:sum by (instance) (increase({names[0]}[{w}]))"
             b.add(signal, 0.0, f"{src} start@{at_start}", t=start)
             b.add(signal, v, f"{src}@{at_end}", t=end)
     q = f"sum by (instance) (resets({series('num_preemptions_total', sel)}[{w}]))"
@@ -276,18 +314,7 @@ def collect_fleet(url: str, selector: str, start: float, end: float, step: float
     for r in client.query(f"last_over_time({series('cache_config_info', sel)}[{w}])", end):
         _cache_config(bundle(_inst(r)), r["metric"], f"promql:cache_config_info{{instance=\"{_inst(r)}\"}}@{at_end}",
                       end)
-    out = []
-    for inst in sorted(bundles):
-        b = bundles[inst]
-        info = InputInfo(kind="prometheus", name=f"{client.base} instance={inst}", records=client.queries,
-                         observations=len(b))
-        b.inputs.append(info)
-        out.append((inst or "(no instance label)", b))
-    if notes is not None:
-        notes.append(f"prometheus {client.base}: {len(out)} instance(s), {client.queries} PromQL queries, "
-                     f"{n_points:,} gauge points at step {step:g}s, window {at_start} .. {at_end}; server time "
-                     f"{client.seconds:.2f}s")
-    return out
+    return bundles, n_points
 
 
 def _facts(result: list, bundle, signal: str, src: str, t: float) -> None:
