@@ -242,7 +242,7 @@ class RecordReader:
     def _detect_container(self, body: bytes) -> None:
         for line in body[:1 << 16].split(b"\n")[:20]:
             s = line.lstrip()
-            if not s:
+            if not s or s.startswith(b"#"):
                 continue
             if s.startswith(b'{"log":') or s.startswith(b'{"time":') or s.startswith(b'{"stream":'):
                 self.container = "json"
@@ -271,18 +271,22 @@ class RecordReader:
             return
         n = len(body)
         done_to = 0  # end of the last record handed out (exclusive)
-        for _idx, start, _end in matches:
+        starts = np.fromiter((m[1] for m in matches), dtype=np.int64, count=len(matches))
+        line_idx = np.unique(np.searchsorted(nl, starts)).tolist()  # line index of each match inside the block
+        nl_count = len(nl)
+        nl = nl.tolist()
+        for k in line_idx:
+            start = nl[k - 1] + 1 if k else 0
             if start < done_to:
                 continue
-            k = int(np.searchsorted(nl, start))  # line index inside the block
-            ls = int(nl[k - 1]) + 1 if k else 0
-            le = int(nl[k]) + 1 if k < len(nl) else n
+            ls = start
+            le = nl[k] + 1 if k < nl_count else n
             lines = [bytes(body[ls:le - 1])]
             first = k
             if self.container:
                 # walk back while this line continues the previous one (bounded, inside the block)
                 while ls > done_to and len(lines) < MAX_JOIN:
-                    ps = int(nl[first - 2]) + 1 if first >= 2 else 0
+                    ps = nl[first - 2] + 1 if first >= 2 else 0
                     prev = bytes(body[ps:ls - 1])
                     if not self._continues(prev, lines[0]):
                         break
@@ -291,7 +295,7 @@ class RecordReader:
                     first -= 1
                 j = k + 1
                 while le < n and len(lines) < MAX_JOIN:
-                    ne = int(nl[j]) + 1 if j < len(nl) else n
+                    ne = nl[j] + 1 if j < nl_count else n
                     nxt = bytes(body[le:ne - 1])
                     if not self._continues(lines[-1], nxt):
                         break

@@ -19,13 +19,17 @@ Lines starting ``# [`` are editorial notes in the shared fixtures and are skippe
 from __future__ import annotations
 
 import calendar
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timezone
 import json
+import math
 from pathlib import Path
 import re
 import sys
 from typing import Callable
+
+import ahocorasick_rs
 
 from ..bundle import Bundle, InputInfo
 from ..errors import InputError
@@ -144,6 +148,7 @@ class LogCollector:
         self._segment_signals: set[str] = set()
         self._preemptions = 0.0
         self._stats_pending: list[tuple[Line, dict[str, float]]] = []
+        self._pending_engines: set[str] = set()
         self._engines: set[str] = set()
         self._year_now: int | None = year
         self._last_month: int | None = None
@@ -208,6 +213,8 @@ class LogCollector:
 
     _skipped = 0
     _close_tb = False
+    _day_key: tuple = ()
+    _day_start = 0
 
     def _record(self, lineno: int, lines: list[bytes], container: str) -> None:
         """One candidate record (one or more physical lines) → cleaned :class:`Line` (s) → events."""
@@ -226,7 +233,7 @@ class LogCollector:
                     parts.append(obj["log"].rstrip("\n"))
                     continue
             text = text.rstrip("\r")
-            m = CONTAINER_TS.match(text) if container == "ts" else None
+            m = CONTAINER_TS.match(text) if container == "ts" or text[:1].isdigit() else None
             if m:
                 if t_container is None:
                     t_container = _parse_rfc3339(m.group("ts"))
@@ -279,9 +286,14 @@ class LogCollector:
             self._year_now += 1  # crossed New Year
         self._last_month = month
         try:
-            hh, mm, ss = (int(x) for x in hms.split(":"))
-            return float(calendar.timegm((self._year_now, month, day, hh, mm, ss, 0, 0, 0))) \
-                if 1 <= month <= 12 and 1 <= day <= 31 and hh < 24 and mm < 60 and ss < 62 else None
+            hh, mm, ss = int(hms[0:2]), int(hms[3:5]), int(hms[6:8])
+            if not (1 <= month <= 12 and 1 <= day <= 31 and hh < 24 and mm < 60 and ss < 62):
+                return None
+            key = (self._year_now, month, day)
+            if key != self._day_key:
+                self._day_key = key
+                self._day_start = calendar.timegm((self._year_now, month, day, 0, 0, 0, 0, 0, 0))
+            return float(self._day_start + hh * 3600 + mm * 60 + ss)
         except (ValueError, OverflowError):
             return None
 
@@ -314,11 +326,10 @@ class LogCollector:
                 self._frames_line[key] = line.lineno
                 return
         exc = EXC_LINE.match(msg) if ("Error" in msg or "Exception" in msg) else None
-        for event in _EVENTS_COMPILED:
-            if any(n in msg for n in event[3]):
-                m = event[1].search(msg)
-                if m:
-                    event[2](self, m, line)
+        for event in _events_for(msg):
+            m = event[1].search(msg)
+            if m:
+                event[2](self, m, line)
         if (exc or self._close_tb) and self._frames.get(key):
             frames = self._frames.pop(key)
             phase, func, path = deciding_frame(frames)
@@ -340,7 +351,16 @@ class LogCollector:
     def _flush_stats(self) -> None:
         """Emit the buffered periodic stats of one interval; several DP engines are combined."""
         pending, self._stats_pending = self._stats_pending, []
+        self._pending_engines.clear()
         if not pending:
+            return
+        if len(pending) == 1:
+            line, vals = pending[0]
+            for signal, value in vals.items():
+                if signal == "num_preemptions":
+                    self._preemptions += value
+                    value = self._preemptions
+                self._add(signal, value, line)
             return
         signals = dict.fromkeys(s for _, vals in pending for s in vals)
         for signal in signals:
@@ -367,6 +387,7 @@ _PROC_VERSIONS = [
 ]
 
 
+@functools.lru_cache(maxsize=256)
 def _proc_format(proc: str) -> str:
     label = "process tag (" + re.sub(r"\d+", "N", proc) + ")"
     for pattern, versions in _PROC_VERSIONS:
@@ -388,17 +409,14 @@ def _parse_rfc3339(ts: str) -> float | None:
 
 
 # ---- handlers ----------------------------------------------------------------------------------
-_STATS_FIELDS = [
-    ("prompt_throughput", re.compile(r"Avg prompt throughput: ([\d.]+) tokens/s")),
-    ("generation_throughput", re.compile(r"Avg generation throughput: ([\d.]+) tokens/s")),
-    ("num_requests_running", re.compile(r"Running: (\d+) reqs")),
-    ("num_requests_swapped", re.compile(r"Swapped: (\d+) reqs")),
-    ("num_requests_waiting", re.compile(r"(?:Waiting|Pending): (\d+) reqs")),
-]
-_STATS_USAGE = re.compile(r"(?<!CPU )\b(?:GPU \+ host|GPU|XPU|CPU|TPU|HPU|NPU) KV cache usage: ([\d.]+)%")
-_STATS_CPU = re.compile(r"CPU KV cache usage: ([\d.]+)%")
-_STATS_HIT = re.compile(r"(?<!External )Prefix cache hit rate: ([\d.]+)%")
-_STATS_PREEMPT = re.compile(r"Preemptions: (\d+)")
+# 'Name: number' parts of the stats line (§2.5 templates of all versions) → (signal, scale to base units)
+_STATS_SIGNAL = {"Avg prompt throughput": ("prompt_throughput", 1.0),
+                 "Avg generation throughput": ("generation_throughput", 1.0),
+                 "Running": ("num_requests_running", 1.0), "Swapped": ("num_requests_swapped", 1.0),
+                 "Pending": ("num_requests_waiting", 1.0), "Waiting": ("num_requests_waiting", 1.0),
+                 "Preemptions": ("num_preemptions", 1.0), "Prefix cache hit rate": ("prefix_cache_hit_rate", 0.01)}
+_STATS_NAMES = set(_STATS_SIGNAL) | {f"{d} KV cache usage" for d in ("GPU", "XPU", "CPU", "TPU", "HPU", "NPU",
+                                                                  "GPU + host")}
 _STATS_ENGINE = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated): ")
 # how several data-parallel engines' stats lines of one interval combine (as the metrics collector does)
 _DP_COMBINE = {"kv_cache_usage": "max", "cpu_cache_usage": "max", "prefix_cache_hit_rate": "mean"}
@@ -413,22 +431,29 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
     """
     msg = line.msg
     vals: dict[str, float] = {}
-    for signal, pat in _STATS_FIELDS:
-        mm = pat.search(msg)
-        if mm:
-            vals[signal] = float(mm.group(1))
-    mm = _STATS_USAGE.search(msg)
-    if mm:
-        vals["kv_cache_usage"] = float(mm.group(1)) / 100.0
-    mm = _STATS_CPU.search(msg)
-    if mm and "Swapped" in msg:
-        vals["cpu_cache_usage"] = float(mm.group(1)) / 100.0
-    mm = _STATS_HIT.search(msg)
-    if mm:
-        vals["prefix_cache_hit_rate"] = float(mm.group(1)) / 100.0
-    mm = _STATS_PREEMPT.search(msg)
-    if mm:
-        vals["num_preemptions"] = float(mm.group(1))
+    v0_swap = "Swapped" in msg
+    for part in msg.split(", "):
+        name, sep, rest = part.rpartition(": ")
+        if not sep:
+            continue
+        if ": " in name:  # 'Engine 000: Avg prompt throughput'
+            name = name[name.rfind(": ") + 2:]
+        if name not in _STATS_NAMES:
+            continue
+        try:
+            x = float(rest.split(" ", 1)[0].rstrip("%."))
+        except ValueError:
+            continue
+        if not math.isfinite(x):
+            continue
+        if name.endswith("KV cache usage"):
+            if name.startswith("CPU") and v0_swap:
+                vals["cpu_cache_usage"] = x / 100.0  # V0 swap pool; the GPU pool is the other part
+            else:
+                vals.setdefault("kv_cache_usage", x / 100.0)
+        else:
+            signal, scale = _STATS_SIGNAL[name]
+            vals[signal] = x * scale
     if not vals:
         return
     me = _STATS_ENGINE.search(msg)
@@ -442,11 +467,10 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
     if engine:
         c._engines.add(engine)
     pending = c._stats_pending
-    if pending and (pending[0][0].t != line.t or not engine
-                    or any(_STATS_ENGINE.search(p.msg) and (_STATS_ENGINE.search(p.msg).group(1) or "agg") == engine
-                           for p, _ in pending)):
+    if pending and (pending[0][0].t != line.t or not engine or engine in c._pending_engines):
         c._flush_stats()
     c._stats_pending.append((line, vals))
+    c._pending_engines.add(engine)
     if not engine:
         c._flush_stats()
 
@@ -1075,6 +1099,20 @@ def _compile_events() -> list[tuple[str, re.Pattern, Callable, tuple[str, ...]]]
 
 
 _EVENTS_COMPILED = _compile_events()
+
+
+_NEEDLE_LIST = sorted({n for e in _EVENTS_COMPILED for n in e[3]})
+_NEEDLE_EVENTS: list[list[int]] = [[i for i, e in enumerate(_EVENTS_COMPILED) if n in e[3]] for n in _NEEDLE_LIST]
+_MATCHER = ahocorasick_rs.AhoCorasick(_NEEDLE_LIST)
+
+
+def _events_for(msg: str) -> list[tuple]:
+    """The events whose needles occur in ``msg``, in registry order (one automaton pass over the message)."""
+    hits = _MATCHER.find_matches_as_indexes(msg, overlapping=True)
+    if not hits:
+        return []
+    idx = {i for n, _s, _e in hits for i in _NEEDLE_EVENTS[n]}
+    return [_EVENTS_COMPILED[i] for i in sorted(idx)]
 
 
 def event_needles() -> list[str]:
