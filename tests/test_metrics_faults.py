@@ -211,9 +211,9 @@ def test_openmetrics_page_is_parsed_by_content_type(kvdiag, static_server):
     url = static_server(body, ctype="application/openmetrics-text; version=1.0.0; charset=utf-8")
     res = kvdiag("analyze", "--metrics-url", url, "--duration", "1s", "--format", "json")
     assert res.json()["verdict"]["primary"] == "capacity_pressure" and res.code == 2
-    # the same body claimed as text format 0.0.4 is refused: '# EOF' is not a text-format line... unless it parses;
-    # an OpenMetrics-only construct (a unit line) shows the parser really follows the Content-Type
-    om_only = body.replace(b"# EOF\n", b"# TYPE vllm:x_seconds gauge\n# UNIT vllm:x_seconds seconds\nvllm:x_seconds 1\n# EOF\n")
+    # an OpenMetrics-only construct (an exemplar) that the text-format parser would reject
+    om_only = body.replace(b'model_name="m"} 3\n', b'model_name="m"} 3 # {trace_id="abc"} 1.0\n')
+    assert om_only != body
     assert kvdiag("analyze", "--metrics-url", static_server(om_only, ctype="application/openmetrics-text"),
                   "--duration", "1s").code == 2
 
