@@ -12,7 +12,8 @@ and a request traceback every ~30 minutes of log time. Then measures, each in it
 * ``grep -c 'KV cache usage'`` on the same file (a lower bound on reading it at all).
 
 Usage: ``python benchmarks/log_throughput.py [--size-mb 1024] [--path /tmp/x.log] [--keep]``.
-Prints a table; it judges nothing (targets: >= 200 MB/s on one core, peak RSS <= 150 MB).
+Prints wall time, MB/s, CPU time (user + system, so MB per CPU-second is robust to other load on the
+machine) and peak RSS; it judges nothing (targets: >= 200 MB/s on one core, peak RSS <= 150 MB).
 """
 
 from __future__ import annotations
@@ -111,14 +112,14 @@ def _stamp(day: int, sec: int) -> str:
     return f"{month:02d}-{dom:02d} {sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
 
 
-def measure(cmd: list[str]) -> tuple[float, float, str]:
-    """Run ``cmd``; return (wall seconds, peak RSS MiB of that process, stdout)."""
+def measure(cmd: list[str]) -> tuple[float, float, float, str]:
+    """Run ``cmd``; return (wall seconds, CPU seconds, peak RSS MiB of that process, stdout)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
     out = proc.stdout.read()
     _, _status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
-    return wall, usage.ru_maxrss / 1024.0, out.decode(errors="replace")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, out.decode(errors="replace")
 
 
 def main() -> None:
@@ -144,10 +145,11 @@ def main() -> None:
                                                       "--format", "json"])),
             ("grep -c 'KV cache usage'", *measure(["grep", "-c", "KV cache usage", path]))]
     print(f"file: {path}  {size / 2**20:,.0f} MiB  {lines:,} lines")
-    print(f"{'what':32} {'wall s':>8} {'MB/s':>9} {'peak RSS MiB':>13}  output")
-    for name, wall, rss, out in rows:
-        first = out.strip().splitlines()[0][:60] if out.strip() else ""
-        print(f"{name:32} {wall:8.2f} {size / 1e6 / wall:9.1f} {rss:13.1f}  {first}")
+    print(f"{'what':32} {'wall s':>7} {'MB/s':>7} {'CPU s':>7} {'MB/CPU-s':>9} {'peak RSS MiB':>13}  output")
+    for name, wall, cpu, rss, out in rows:
+        first = out.strip().splitlines()[0][:40] if out.strip() else ""
+        print(f"{name:32} {wall:7.2f} {size / 1e6 / wall:7.1f} {cpu:7.2f} {size / 1e6 / max(cpu, 1e-9):9.1f} "
+              f"{rss:13.1f}  {first}")
     print(f"single core: yes (one Python process; nproc={os.cpu_count()})")
     if not args.keep:
         os.unlink(path)
