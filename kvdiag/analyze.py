@@ -98,6 +98,44 @@ def _judge(rules, bundle: Bundle):
     return verdict(findings, unexplained_failures(bundle)), findings
 
 
+def _judge_one(rules, name: str, b: Bundle) -> InstanceReport:
+    v, findings = _judge(rules, b)
+    start, end = b.window()
+    return InstanceReport(name, v, findings, [i.to_dict() for i in b.inputs], {"start": start, "end": end})
+
+
+_POOL_RULES: list = []
+
+
+def _pool_job(item: tuple[str, Bundle]) -> InstanceReport:
+    return _judge_one(_POOL_RULES, *item)
+
+
+def _judge_parallel(rules, items, workers: int | None = None):
+    """Judge ``(name, bundle)`` items on ``workers`` forked processes (default: the CPUs), at most a few
+    bundles per worker in flight; yields :class:`InstanceReport` in completion order. One CPU (or no
+    ``fork``): in this process."""
+    import multiprocessing
+    import os
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = workers or min(8, os.cpu_count() or 1)
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for name, b in items:
+            yield _judge_one(rules, name, b)
+        return
+    _POOL_RULES[:] = rules  # inherited by the forked workers
+    pending: deque = deque()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        for item in items:
+            pending.append(pool.submit(_pool_job, item))
+            while len(pending) >= 4 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prometheus) -> Report:
     """One report over several servers: each judged alone, the worst first."""
     from .engine.evaluate import Verdict
@@ -122,8 +160,10 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
     if prometheus is not None:
         from .collect.prometheus import iter_fleet
 
-        for name, b in iter_fleet(**prometheus, http=http, notes=fleet_notes):
-            judge(name, b, None)  # judged as they come: the fleet's raw series are never all in memory
+        # judged as they come (the fleet's raw series are never all in memory), on every CPU
+        for inst in _judge_parallel(rules, iter_fleet(**prometheus, http=http, notes=fleet_notes)):
+            instances.append(inst)
+            inputs.extend(inst.inputs)
     else:
         targets = scrape_targets(list(metrics_urls), duration, interval, http, progress)
         if all(tg.error for tg in targets):
