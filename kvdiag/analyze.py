@@ -87,7 +87,15 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         bpt = bundle.signal("kv_bytes_per_token")["value"].iloc[-1]
         report.notes.append(f"model config {model_config}: {bpt:,.0f} bytes of KV per token "
                             "(2 × layers × kv_heads × head_dim × dtype_bytes; planning estimate)")
+    report.notes += restart_notes(bundle)
     return report
+
+
+def restart_notes(bundle: Bundle) -> list[str]:
+    """One note per counter that fell in the window (a restart): increases were counted from zero after it."""
+    rows = bundle.signal("counter_resets")
+    return [f"{r.text or 'a counter'} fell {r.value:.0f} time(s) in the window (server restarted?); its increase "
+            f"counts from zero after each fall, never last − first ({r.source})" for r in rows.itertuples()]
 
 
 def _judge(rules, bundle: Bundle):
@@ -101,7 +109,8 @@ def _judge(rules, bundle: Bundle):
 def _judge_one(rules, name: str, b: Bundle) -> InstanceReport:
     v, findings = _judge(rules, b)
     start, end = b.window()
-    return InstanceReport(name, v, findings, [i.to_dict() for i in b.inputs], {"start": start, "end": end})
+    return InstanceReport(name, v, findings, [i.to_dict() for i in b.inputs], {"start": start, "end": end},
+                          notes=restart_notes(b))
 
 
 _POOL_RULES: list = []
@@ -150,9 +159,7 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
                                   inputs=[{"kind": "metrics-url", "name": name, "records": 0, "observations": 0,
                                            "skipped": 0, "notes": [err]}])
         else:
-            v, findings = _judge(rules, b)
-            start, end = b.window()
-            inst = InstanceReport(name, v, findings, [i.to_dict() for i in b.inputs], {"start": start, "end": end})
+            inst = _judge_one(rules, name, b)
         instances.append(inst)
         inputs.extend(inst.inputs)
 

@@ -73,6 +73,8 @@ def test_fleet_each_instance_classified(kvdiag, prom, job, port):
             assert pre["value"] == pytest.approx(59 + 3 * 59, rel=0.05)
         if name in ("healthy-high", "restart-quiet"):
             assert pre["value"] == 0
+        restarted = [n for n in inst["notes"] if "num_preemptions fell 1 time(s)" in n]
+        assert bool(restarted) == name.startswith("restart-"), inst["notes"]
     # the top-level verdict is the worst server's; instances worst first
     assert report["verdict"]["primary"] == "capacity_pressure" and res.code == 2
     sev = [i["verdict"]["severity"] for i in report["instances"]]
