@@ -154,3 +154,19 @@ def test_parse_window():
         parse_window("1700000001", "1700000000")
     with pytest.raises(InputError, match="not a time"):
         parse_window("yesterday", None)
+
+
+def test_batches_of_instances_give_the_same_numbers(prom):
+    """The fleet is queried a batch of instances at a time (instance=~"a|b"); batch size changes nothing."""
+    from kvdiag.collect.prometheus import collect_fleet
+
+    def numbers(batch):
+        out = {}
+        for inst, b in collect_fleet(prom.url, '{job="underscore"}', prom.start, prom.end, STEP, batch=batch):
+            out[inst] = (b.signal("num_preemptions")["value"].tolist(), b.signal("kv_cache_usage")["value"].max(),
+                         len(b.signal("kv_cache_usage")))
+        return out
+
+    one, all_ = numbers(1), numbers(50)
+    assert sorted(one) == sorted(f"{k}:9000" for k in FLEET)
+    assert one == all_
