@@ -87,7 +87,8 @@ def _render_servers(report: Report) -> str:
              f"  {len(bad)} of {len(insts)} server(s) with a problem; worst first:"]
     width = min(60, max(len(i.instance) for i in insts))
     for i in insts:
-        lines.append(f"  {i.verdict.severity.upper():8} {i.instance:{width}}  {i.verdict.primary}"
+        label = "UNKNOWN" if i.verdict.primary == "inconclusive" else i.verdict.severity.upper()
+        lines.append(f"  {label:8} {i.instance:{width}}  {i.verdict.primary}"
                      + (f" ({i.error})" if i.error else ""))
     for i in insts:
         lines.append("")
