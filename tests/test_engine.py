@@ -170,3 +170,14 @@ def test_derived_block_overhead():
     b.add("kv_cache_usage", 0.40, "log:x:2")
     derive(b)
     assert b.signal("block_overhead_ratio")["value"].iloc[0] == pytest.approx(0.40 - 0.03)
+
+
+def test_clean_start_up_alone_is_not_healthy():
+    from kvdiag.engine.evaluate import Finding
+    start = Finding("S", "startup_kv_capacity", "quiet", "critical", "pool holds a request")
+    weights = Finding("W", "weights_dont_fit", "quiet", "critical", "weights fit")
+    cap = Finding("C", "capacity_pressure", "unknown", "critical", "")
+    v = verdict([start, weights, cap])
+    assert v.primary == "inconclusive" and "no runtime signals" in v.summary
+    cap_quiet = Finding("C", "capacity_pressure", "quiet", "critical", "usage 40 %")
+    assert verdict([start, weights, cap_quiet]).primary == "healthy"

@@ -324,6 +324,10 @@ def unexplained_failures(bundle: Bundle) -> list[str]:
     return out
 
 
+RUNTIME_CLASSES = ("capacity_pressure", "prefix_cache_eviction", "partial_block_waste")
+"""Classes judged from a serving server's signals; ``healthy`` needs at least one of them judged."""
+
+
 def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Verdict:
     """One primary class from the findings.
 
@@ -331,7 +335,9 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
       then priority (more specific rules have higher priority: a start-up failure explains the runtime
       symptoms after it). The other firing classes become ``secondary``.
     * None fires but the input shows a failure (``unexplained``): ``inconclusive`` — never ``healthy``.
-    * None fires, at least one was judged: ``healthy`` (severity ok); firing ``healthy`` notes (severity
+    * None fires and only start-up rules could be judged: ``inconclusive`` (a clean start says nothing of
+      the serving state).
+    * None fires, at least one runtime rule was judged: ``healthy`` (severity ok); firing ``healthy`` notes (severity
       ok, e.g. "the hybrid KV-size line is not the physical pool") are added to the summary.
     * Nothing could be judged: ``inconclusive``.
 
@@ -357,6 +363,12 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
         return Verdict("inconclusive", "ok", "low",
                        f"The input shows a failure no rule explains: {unexplained[0]}{more}. "
                        "Not judged healthy.", [], ruled_out("inconclusive"))
+    runtime_judged = [f for f in judged if f.cls in RUNTIME_CLASSES]
+    if judged and not runtime_judged and not notes:
+        return Verdict("inconclusive", "ok", "low",
+                       f"Start-up looks sound ({len(judged)} start-up rule(s) quiet), but the input holds no runtime "
+                       "signals (KV usage, waiting queue, preemptions), so the server is not judged healthy.",
+                       [], ruled_out("inconclusive"))
     if judged:
         unknown = len(findings) - len(judged)
         conf = "high" if unknown == 0 else ("medium" if len(judged) >= unknown else "low")
