@@ -57,7 +57,8 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     run's counters there); ``keep``, when given, receives the bundle (to save state after the run).
     """
     rules = load_rules(rules_dirs)
-    if prometheus is not None or len(metrics_urls) > 1:
+    if prometheus is not None or (len(metrics_urls) > 1 and seed is None and keep is None):
+        # (kvdiag check, which seeds and keeps one bundle, still reads several URLs into that one bundle)
         return _analyze_many(rules, metrics_urls, duration, interval, http, progress, prometheus)
     bundle = Bundle()
     if keep is not None:
