@@ -121,3 +121,26 @@ def test_every_metric_of_the_reference_is_read_or_ignored_with_a_reason():
 def test_ignored_and_read_tables_do_not_overlap():
     assert not set(IGNORED_METRICS) & set(METRIC_TO_SIGNAL)
     assert not set(IGNORED_METRICS) & set(WINDOW_HISTOGRAMS)
+
+
+def test_several_engines_and_model_names_are_combined_and_noted(tmp_path):
+    from kvdiag.collect.metrics import read_metrics_file
+
+    page = tmp_path / "dp.prom"
+    page.write_text("# TYPE vllm:kv_cache_usage_perc gauge\n"
+                    'vllm:kv_cache_usage_perc{engine="0",model_name="a"} 0.5\n'
+                    'vllm:kv_cache_usage_perc{engine="1",model_name="a"} 0.9\n'
+                    'vllm:kv_cache_usage_perc{engine="0",model_name="b"} 0.2\n'
+                    "# TYPE vllm:num_requests_waiting gauge\n"
+                    'vllm:num_requests_waiting{engine="0",model_name="a"} 1\n'
+                    'vllm:num_requests_waiting{engine="1",model_name="a"} 2\n'
+                    'vllm:num_requests_waiting{engine="0",model_name="b"} 4\n'
+                    "# TYPE vllm:num_preemptions_created gauge\n"
+                    'vllm:num_preemptions_created{engine="0",model_name="a"} 1.7e9\n')
+    b = Bundle()
+    info = read_metrics_file(b, str(page))
+    assert b.signal("kv_cache_usage")["value"].tolist() == [0.9]
+    assert b.signal("num_requests_waiting")["value"].tolist() == [7.0]
+    assert not b.has("num_preemptions")   # *_created is not the counter
+    assert any("2 data-parallel engines" in n for n in info.notes)
+    assert any("2 model names (a, b)" in n for n in info.notes)
