@@ -100,6 +100,9 @@ def test_fleet_window_signals_come_from_promql(prom):
     assert not got["pressure:8000"].has("counter_resets")
     assert p.signal("num_gpu_blocks")["value"].iloc[-1] == 27776
     assert len(p.signal("kv_cache_usage")) == STEPS   # the gauge at every step
+    # time at or above 95 % usage, computed by PromQL: always for pressure, never below for healthy-high
+    assert p.signal("kv_cache_usage_high_ratio")["value"].iloc[0] == pytest.approx(1.0)
+    assert p.signal("kv_cache_usage_high_seconds")["value"].iloc[0] == pytest.approx(prom.end - prom.start, rel=0.01)
     assert "PromQL queries" in notes[0]
 
 

@@ -25,6 +25,7 @@ from ..bundle import Bundle, InputInfo, iso
 from ..engine.model import parse_duration
 from ..errors import InputError, ScrapeError
 from ..signals import SIGNALS, WINDOW_HISTOGRAMS
+from ..windows import HIGH_USAGE
 from .metrics import HttpOptions, _cache_config, http_get, make_session
 
 MAX_RESPONSE_BYTES = 1024 * 2**20
@@ -268,6 +269,14 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
                 b.add(signal, float(v), src, t=t)
                 n_points += 1
     at_end, at_start = iso(end), iso(start)
+    usage = _alternatives([f"max by (instance) ({series(n, sel)})" for n in GAUGES["kv_cache_usage"][1]])
+    q = f"avg_over_time(((({usage}) >= bool {HIGH_USAGE}))[{w}:{step:g}s])"
+    for r in client.query(q, end):
+        v = float(r["value"][1])
+        if not math.isnan(v):
+            src = f"promql:avg_over_time((kv_cache_usage >= bool {HIGH_USAGE})[{w}:{step:g}s])@{at_end}"
+            bundle(_inst(r)).add("kv_cache_usage_high_ratio", v, src, t=end)
+            bundle(_inst(r)).add("kv_cache_usage_high_seconds", v * window, src + f" × {window:.0f}s", t=end)
     for signal, names in COUNTERS.items():
         q = _alternatives([f"sum by (instance) (increase({series(n, sel)}[{w}]))" for n in names])
         src = f"promql:sum by (instance) (increase({names[0]}[{w}]))"
