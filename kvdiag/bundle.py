@@ -72,6 +72,7 @@ class Bundle:
         self._frame: pd.DataFrame | None = None
         self._groups: dict[str, pd.DataFrame] = {}
         self._names: set[str] = set()
+        self._memo: dict = {}
 
     def add(self, signal: str, value: float | None, source: str, *, t: float | None = None,
             text: str = "", segment: int = 0) -> None:
@@ -99,7 +100,13 @@ class Bundle:
                             "text": object, "source": object, "segment": "int64"})
             self._frame = df
             self._groups = {}  # per-signal rows, built once per frame (rules ask for each signal many times)
+            self._memo = {}
         return self._frame
+
+    def memo(self) -> dict:
+        """A scratch dict valid until the next :meth:`add` (the rules engine memoises aggregations in it)."""
+        self.frame()
+        return self._memo
 
     def signal(self, name: str) -> pd.DataFrame:
         """Rows of one signal, in arrival order (same columns as :meth:`frame`)."""

@@ -84,10 +84,28 @@ class Verdict:
 
 # ---------------------------------------------------------------------------------------------
 def _rows(bundle: Bundle, cond_signal: str, text_in: tuple[str, ...] = ()) -> pd.DataFrame:
-    rows = bundle.signal(cond_signal)
-    if text_in:
-        rows = rows[rows["text"].isin(text_in)]
-    return rows.sort_values("seq")
+    """One signal's rows in arrival order (``Bundle.signal`` keeps it), filtered by category; memoised per
+    bundle state (rules ask for the same signal many times)."""
+    memo = bundle.memo()
+    key = ("rows", cond_signal, text_in)
+    rows = memo.get(key)
+    if rows is None:
+        rows = bundle.signal(cond_signal)
+        if text_in:
+            rows = rows[rows["text"].isin(text_in)]
+        memo[key] = rows
+    return rows
+
+
+def _aggregate_signal(bundle: Bundle, signal: str, agg: str, text_in: tuple[str, ...] = ()) -> tuple[float, str]:
+    """:func:`aggregate` of one signal's rows, memoised per bundle state."""
+    memo = bundle.memo()
+    key = ("agg", signal, agg, text_in)
+    hit = memo.get(key)
+    if hit is None:
+        hit = aggregate(_rows(bundle, signal, text_in), agg, SIGNALS[signal].kind)
+        memo[key] = hit
+    return hit
 
 
 def aggregate(rows: pd.DataFrame, agg: str, kind: str) -> tuple[float, str]:
@@ -101,7 +119,7 @@ def aggregate(rows: pd.DataFrame, agg: str, kind: str) -> tuple[float, str]:
         return float(len(rows)), (rows["source"].iloc[-1] if len(rows) else "")
     if agg == "present":
         return (1.0 if len(rows) else 0.0), (rows["source"].iloc[0] if len(rows) else "")
-    vals = rows.dropna(subset=["value"])
+    vals = rows[rows["value"].notna()]
     if vals.empty:
         return math.nan, ""
     v = vals["value"]
@@ -160,7 +178,7 @@ def _eval_cond(bundle: Bundle, cond: Condition, used: dict) -> bool | None:
         return cond.if_missing
     if cond.for_seconds:
         return _holds_for(rows, cond)
-    value, src = aggregate(rows, cond.agg, kind)
+    value, src = _aggregate_signal(bundle, cond.signal, cond.agg, cond.text_in)
     used[(cond.signal, cond.agg, cond.text_in)] = (value, src)
     if math.isnan(value):
         return None  # data exists but cannot give a value (e.g. one sample for an increase): unknown
@@ -223,7 +241,7 @@ def render(template: str, bundle: Bundle, params: dict, strict: bool = False) ->
                     missing = True
                     return "n/a"
                 return str(texts[-1])
-            val, _ = aggregate(rows, agg, SIGNALS[name].kind) if (len(rows) or agg in ("count", "present")) \
+            val, _ = _aggregate_signal(bundle, name, agg) if (len(rows) or agg in ("count", "present")) \
                 else (math.nan, "")
             if isinstance(val, float) and math.isnan(val):
                 missing = True
@@ -283,7 +301,7 @@ def evaluate_rule(rule: Rule, bundle: Bundle) -> Finding:
             continue
         if agg == "count" and rows.empty:
             continue
-        value, src = aggregate(rows, agg, SIGNALS[sig].kind)
+        value, src = _aggregate_signal(bundle, sig, agg)
         if isinstance(value, float) and math.isnan(value):
             continue
         unit = SIGNALS[sig].unit
