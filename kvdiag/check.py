@@ -25,6 +25,7 @@ import time
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
 
 from .bundle import Bundle
+from .errors import InputError
 from .report.model import Report
 from .signals import SIGNALS
 
@@ -50,27 +51,82 @@ class CheckState:
     process_start_time: float | None = None
 
 
-def load_state(path: str, instance: str) -> tuple[CheckState | None, str]:
+def _is_state_file(data: object) -> bool:
+    """True for what :func:`save_state` writes: a JSON object with kvdiag's ``"version"`` key."""
+    return isinstance(data, dict) and "version" in data
+
+
+def _finite(value: object, name: str) -> float:
+    """``value`` as a finite float, else ``ValueError`` naming ``name`` (a corrupt state entry)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name}: not a number")
+    x = float(value)
+    if not math.isfinite(x):
+        raise ValueError(f"{name}: not finite")
+    return x
+
+
+def check_state_path(path: str) -> None:
+    """Refuse a ``--state`` path kvdiag must not write to.
+
+    Raises:
+        InputError: the folder does not exist (kvdiag does not create it), the path is a folder, or the file
+            exists and is not a kvdiag state file (a JSON object with a ``"version"`` key): kvdiag never
+            overwrites a log or config given by mistake. An empty file is accepted (a fresh state).
+    """
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise InputError(f"--state {path}: is a folder, expected a state file")
+    if not parent.is_dir():
+        raise InputError(f"--state {path}: folder {parent} does not exist (kvdiag does not create it)")
+    if not p.exists():
+        return
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"--state {path}: cannot read: {exc.strerror}") from None
+    if not raw.strip():
+        return
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        data = None
+    if not _is_state_file(data):
+        raise InputError(f"--state {path}: not a kvdiag state file (expected a JSON object with a \"version\" "
+                         "key); refusing to overwrite it")
+
+
+def load_state(path: str, instance: str, now: float | None = None) -> tuple[CheckState | None, str]:
     """Read the previous run's state for ``instance``.
 
-    A missing, unreadable or corrupt file never stops a check: returns ``(None, note)`` with a note that the
-    window starts fresh.
+    A missing, unreadable or corrupt entry never stops a check: returns ``(None, note)`` with a note that the
+    window starts fresh (the file is rewritten by :func:`save_state`). A time that is not finite, not positive
+    or more than a day ahead of ``now`` (Unix s, default the clock), and counters that are not finite, count as
+    corrupt.
     """
     p = Path(path)
     if not p.exists():
         return None, ""
+    now = time.time() if now is None else now
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
         entry = data["instances"][instance]
         if data.get("version") != STATE_VERSION:
             return None, f"state file {path}: version {data.get('version')!r} not understood, starting fresh"
-        counters = {k: float(v) for k, v in entry.get("counters", {}).items() if k in COUNTERS}
+        t = _finite(entry["t"], "t")
+        if not 0 < t <= now + 86400:
+            raise ValueError("t: out of range")
+        counters = {k: _finite(v, k) for k, v in entry.get("counters", {}).items() if k in COUNTERS}
         pst = entry.get("process_start_time")
-        return CheckState(float(entry["t"]), counters, float(pst) if pst is not None else None), ""
+        return CheckState(t, counters, _finite(pst, "process_start_time") if pst is not None else None), ""
     except KeyError:
         return None, ""
-    except (OSError, ValueError, TypeError, AttributeError) as exc:
-        return None, f"state file {path} unreadable ({exc.__class__.__name__}), starting fresh"
+    except (OSError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        detail = str(exc)[:80] if isinstance(exc, ValueError) and str(exc).startswith(("t:", "process_start")) \
+            or exc.__class__ is ValueError and ":" in str(exc)[:40] else ""
+        return None, (f"state file {path} unreadable ({exc.__class__.__name__}{': ' + detail if detail else ''}), "
+                      "starting fresh")
 
 
 def save_state(path: str, instance: str, state: CheckState) -> str:
@@ -84,12 +140,16 @@ def save_state(path: str, instance: str, state: CheckState) -> str:
         old = json.loads(p.read_text(encoding="utf-8"))
         if isinstance(old, dict) and old.get("version") == STATE_VERSION and isinstance(old.get("instances"), dict):
             data = old
-    except (OSError, ValueError):
+        elif not _is_state_file(old):
+            return f"state file {path} not written (not a kvdiag state file)"
+    except FileNotFoundError:
         pass
+    except (OSError, ValueError, RecursionError):
+        if p.exists() and p.stat().st_size > 0:
+            return f"state file {path} not written (not a kvdiag state file)"
     data["instances"][instance] = {"t": state.t, "counters": state.counters,
                                    "process_start_time": state.process_start_time}
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1, sort_keys=True)
@@ -143,6 +203,30 @@ def restart_notes(previous: CheckState | None, current: CheckState | None) -> li
                          "counted from zero, not as a negative rate)")
             break
     return notes
+
+
+SEVERITIES = ("ok", "warning", "critical")
+
+
+def normalize_on(option: str, values: tuple[str, ...], classes: set[str]) -> tuple[str, ...]:
+    """Check ``--warn-on`` / ``--fail-on`` values: each a verdict class (exact) or a severity (any case).
+
+    Returns the values with severities lower-cased.
+
+    Raises:
+        InputError: a value is neither, naming the option and the allowed values (a typo must not turn a
+            CRITICAL into OK).
+    """
+    out = []
+    for value in values:
+        if value.strip().lower() in SEVERITIES:
+            out.append(value.strip().lower())
+        elif value in classes:
+            out.append(value)
+        else:
+            raise InputError(f"{option} {value!r}: expected a severity ({'|'.join(SEVERITIES)}) or a verdict class "
+                             f"({'|'.join(sorted(classes))})")
+    return tuple(out)
 
 
 def status_of(report: Report, warn_on: tuple[str, ...], fail_on: tuple[str, ...]) -> int:
@@ -228,9 +312,14 @@ def build_registry(instance: str, report: Report | None, success: bool, now: flo
 
 
 def write_textfile(directory: str, registry: CollectorRegistry) -> str:
-    """Write ``DIR/kvdiag.prom`` atomically (prometheus-client writes a temp file and renames it)."""
+    """Write ``DIR/kvdiag.prom`` atomically (prometheus-client writes a temp file and renames it).
+
+    ``DIR`` must exist (node_exporter reads a folder it was configured with; a mistyped one is not created).
+    Returns a note when the file could not be written.
+    """
+    if not Path(directory).is_dir():
+        return f"textfile {directory} not written (no such folder)"
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
         write_to_textfile(str(Path(directory) / TEXTFILE_NAME), registry)
     except OSError as exc:
         return f"textfile {directory} not written ({exc.strerror or exc})"

@@ -70,7 +70,14 @@ def test_warn_on_fail_on(kvdiag):
     assert res.code == 0 and one_line(res).startswith("KVDIAG OK - capacity_pressure")
 
 
-@pytest.mark.parametrize("content", ["{not json", "[]", '{"version": 1, "instances": {"x": {"t": "soon"}}}', "\x00\x01"])
+@pytest.mark.parametrize("content", [
+    '{"version": 1, "instances": {"x": {"t": "soon"}}}',
+    '{"version": 1, "instances": {"x": {"t": NaN}}}',
+    '{"version": 1, "instances": {"x": {"t": 1e12}}}',                  # year 33658: far in the future
+    '{"version": 1, "instances": {"x": {"t": 1.7e9, "counters": {"num_preemptions": Infinity}}}}',
+    '{"version": 1, "instances": {"x": {"t": 1.7e9, "process_start_time": "x"}}}',
+    '{"version": 1, "instances": []}',
+])
 def test_corrupt_state_file_never_crashes(kvdiag, tmp_path, content):
     state = tmp_path / "state.json"
     state.write_text(content)
@@ -89,10 +96,15 @@ def test_corrupt_state_file_never_crashes(kvdiag, tmp_path, content):
     assert res.code == 0 and one_line(res).startswith("KVDIAG OK - healthy")
 
 
-def test_state_in_a_missing_folder_is_created(kvdiag, tmp_path):
+def test_state_in_a_missing_folder_is_refused(kvdiag, tmp_path):
     state = tmp_path / "sub" / "state.json"
     res = kvdiag("check", "--log", case("009"), "--state", str(state))
-    one_line(res)
+    assert res.code == 3 and res.out == ""
+    assert res.err.strip() == f"kvdiag: error: --state {state}: folder {state.parent} does not exist " \
+                              "(kvdiag does not create it)"
+    assert not state.parent.exists()
+    (tmp_path / "sub").mkdir()
+    one_line(kvdiag("check", "--log", case("009"), "--state", str(state)))
     assert json.loads(state.read_text())["instances"]
 
 
@@ -176,6 +188,7 @@ def test_restart_between_checks_is_reported_not_a_negative_rate(kvdiag, endpoint
 
 def test_textfile_is_written_atomically_with_the_series(kvdiag, tmp_path):
     out = tmp_path / "textfile"
+    out.mkdir()
     res = kvdiag("check", "--log", case("029"), "--textfile", str(out), "--instance", "gpu-node-1")
     one_line(res)
     files = sorted(p.name for p in out.iterdir())
@@ -192,6 +205,7 @@ def test_textfile_is_written_atomically_with_the_series(kvdiag, tmp_path):
 
 def test_textfile_on_unknown_sets_success_zero(kvdiag, tmp_path):
     out = tmp_path / "tf"
+    out.mkdir()
     res = kvdiag("check", "--metrics-url", "http://127.0.0.1:9/metrics", "--textfile", str(out), "--instance", "a")
     assert res.code == 3
     fams = {f.name: f for f in text_string_to_metric_families((out / "kvdiag.prom").read_text())}
