@@ -213,10 +213,19 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
     if src is not None and src.name == "DEFAULT":
         duration = 1.0
     inst = instance or (metrics_urls[0] if metrics_urls else (logs[0] if logs else (metrics_files or [model_config])[0]))
+    if warn_on or fail_on:
+        try:
+            classes = {r.cls for r in load_rules(list(rules_dirs))}
+        except KvdiagError:  # the run reports the broken rule folder in the Nagios line
+            classes = {r.cls for r in load_rules([])}
+        classes |= {"healthy"}
+        warn_on = chk.normalize_on("--warn-on", tuple(warn_on), classes)
+        fail_on = chk.normalize_on("--fail-on", tuple(fail_on), classes)
     notes: list[str] = []
     previous = None
     state_note = ""
     if state_file:
+        chk.check_state_path(state_file)
         previous, state_note = chk.load_state(state_file, inst)
         if state_note:
             notes.append(state_note)
