@@ -327,9 +327,37 @@ def write_textfile(directory: str, registry: CollectorRegistry) -> str:
 
 
 def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout: float = 10.0) -> str:
-    """Push the series to a Pushgateway, grouped by ``instance``. Returns a note on failure."""
+    """Push the series to a Pushgateway, grouped by ``instance``, within ``timeout`` seconds in all
+    (a gateway that answers byte by byte is abandoned). ``user:password@`` in ``url`` is sent as
+    HTTP basic auth, never shown. Returns a note on failure (the URL without credentials)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from prometheus_client.exposition import basic_auth_handler, default_handler
+
+    from .collect.metrics import run_with_deadline, safe_url
+
+    shown = safe_url(url)
     try:
-        push_to_gateway(url, job=job, registry=registry, grouping_key={"instance": instance}, timeout=timeout)
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+        plain = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, parts.query, ""))
+    except ValueError:
+        return f"push to {shown} failed (not a URL)"
+    if parts.scheme not in ("http", "https"):
+        return f"push to {shown} failed (expected an http:// or https:// URL)"
+
+    def handler(h_url, method, h_timeout, headers, data):
+        if user is not None:
+            return basic_auth_handler(h_url, method, h_timeout, headers, data, username=user, password=password)
+        return default_handler(h_url, method, h_timeout, headers, data)
+
+    try:
+        run_with_deadline(lambda: push_to_gateway(plain, job=job, registry=registry,
+                                                  grouping_key={"instance": instance}, timeout=timeout,
+                                                  handler=handler),
+                          timeout, f"no complete answer within {timeout:g}s")
     except Exception as exc:  # noqa: BLE001 - urllib errors of several kinds; the check still reports
-        return f"push to {url} failed ({exc.__class__.__name__}: {exc})"
+        # the URL pushed to holds no credentials, so urllib's message is safe to show (cut short)
+        reason = str(exc) if exc.__class__.__name__ == "ScrapeError" else f"{exc.__class__.__name__}: {str(exc)[:160]}"
+        return f"push to {shown} failed ({reason})"
     return ""

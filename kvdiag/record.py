@@ -108,7 +108,7 @@ def record(url: str, out: str, duration: float, interval: float, http: HttpOptio
         ``(scrapes, samples)`` written.
 
     Raises:
-        ScrapeError: the first scrape failed.
+        ScrapeError: the first scrape failed, or no scrape succeeded (nothing is written then).
         InputError: ``out`` cannot be written.
     """
     rec = Recorder()
@@ -119,6 +119,9 @@ def record(url: str, out: str, duration: float, interval: float, http: HttpOptio
     finally:
         if rec.scrapes:
             _write(out, rec.text())
+    if not rec.scrapes:
+        why = "; ".join(target.info.notes[:1]) or "no scrape succeeded"
+        raise ScrapeError(f"{target.url}: nothing recorded, {out} not written ({why})")
     return rec.scrapes, rec.samples
 
 

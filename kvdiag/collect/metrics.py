@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
@@ -36,11 +37,37 @@ from urllib3.util.retry import Retry
 from ..bundle import Bundle, InputInfo, iso
 from ..errors import InputError, ScrapeError
 from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
+from .logread import redact
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _MAX_SIGNALS = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate"}
 _ALIAS_RANK = {name: rank for names in METRIC_ALIASES.values() for rank, name in enumerate(names)}
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"  # OpenMetrics 1.0 from prometheus-client escapes ":" to "_"
+
+
+MAX_REDIRECTS = 5
+_SECRET_PARAM = re.compile(r"token|key|pass|pwd|secret|sig|auth|credential|session|cookie", re.I)
+
+
+def safe_url(url: str) -> str:
+    """``url`` fit to show or to use as an instance label: no ``user:password@``, the values of
+    secret-looking query parameters (token, key, password, secret, sig, auth, ...) replaced by ``***``,
+    no fragment."""
+    try:
+        parts = urlsplit(str(url))
+    except ValueError:
+        return redact(str(url).split("@")[-1])
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = "&".join(
+        (kv.split("=", 1)[0] + "=***") if _SECRET_PARAM.search(kv.split("=", 1)[0]) else kv
+        for kv in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def quote_line(line: str, limit: int = 80) -> str:
+    """A line of an input, redacted (:func:`kvdiag.collect.logread.redact`) and cut to ``limit`` characters, quoted."""
+    text = redact(line.strip())
+    return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
 def _fmt_labels(labels: dict) -> str:
@@ -65,8 +92,26 @@ def parse_page(text: str, origin: str, openmetrics: bool = False) -> list:
     use_om = openmetrics or text.rstrip().endswith("# EOF")
     try:
         return list((om_parse if use_om else text_parse)(text))
-    except Exception as exc:  # the parsers raise ValueError, TypeError or IndexError on bad lines
-        raise InputError(f"{origin}: not Prometheus {'OpenMetrics' if use_om else 'text'} format: {exc}") from None
+    except Exception:  # the parsers raise ValueError, TypeError or IndexError on bad lines
+        fmt = "OpenMetrics" if use_om else "text format"
+        lineno, line = _bad_page_line(text, use_om)
+        where = f"{origin}:{lineno}" if lineno else origin
+        got = f", got {quote_line(line)}" if line is not None else ""
+        raise InputError(f"{where}: not Prometheus {fmt}: expected '# HELP/# TYPE' or 'name{{labels}} value'{got}") from None
+
+
+def _bad_page_line(text: str, openmetrics: bool) -> tuple[int, str | None]:
+    """The first line of ``text`` the parser rejects on its own, as ``(line number, line)``; ``(0, None)``
+    when each line parses alone (the fault spans lines)."""
+    parse = om_parse if openmetrics else text_parse
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        try:
+            list(parse(line + ("\n# EOF\n" if openmetrics else "\n")))
+        except Exception:  # noqa: BLE001 - any parser complaint marks the line
+            return n, line
+    return 0, None
 
 
 @dataclass
@@ -76,9 +121,17 @@ class PageInfo:
     engines: set = field(default_factory=set)
     models: set = field(default_factory=set)
     prefix_unit_blocks: bool = False
+    dropped: dict = field(default_factory=dict)  # "signal: why" -> count of values out of the signal's domain
+    duplicates: int = 0  # samples repeating a series (same name and labels) of the same instant
 
     def notes(self) -> list[str]:
         out = []
+        if self.dropped:
+            out.append(f"{sum(self.dropped.values())} value(s) out of their domain skipped ("
+                       + "; ".join(f"{k} ×{v}" for k, v in sorted(self.dropped.items())) + ")")
+        if self.duplicates:
+            out.append(f"{self.duplicates} duplicate sample(s) (a series repeated with the same name and labels) "
+                       "skipped: the first one of each instant was kept")
         if len(self.engines) > 1:
             out.append(f"{len(self.engines)} data-parallel engines ({', '.join(sorted(self.engines))}): "
                        "usage by max, counts by sum")
@@ -93,6 +146,24 @@ def _le(raw: str) -> str:
     return "inf" if raw in ("+Inf", "Inf", "inf") else repr(float(raw))
 
 
+def _out_of_domain(signal: str, value: float) -> str:
+    """Why ``value`` cannot be a value of ``signal`` ('' when it can): NaN/±Inf, negative, a ratio above 1."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value < 0:
+        return "negative"
+    spec = SIGNALS.get(signal)
+    if spec is not None and spec.unit == "ratio" and value > 1 + 1e-9:
+        return "ratio above 1"
+    return ""
+
+
+KEY_SIGNALS = ("kv_cache_usage", "num_requests_waiting", "num_preemptions", "num_requests_running")
+"""Runtime signals whose loss (every value out of domain) forbids a ``healthy`` verdict."""
+
+
 def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info: PageInfo | None = None) -> int:
     """Add the vLLM samples of one parsed page to ``bundle``; return how many observations it added.
 
@@ -100,6 +171,9 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     sample's own timestamp wins over ``t``. Samples are combined per (signal, ``le``, instant).
     V1 0.7–0.8 prefix-cache counters (``gpu_prefix_cache_*`` on a page without
     ``kv_cache_usage_perc``) count blocks; they are scaled by the page's ``block_size`` to tokens.
+    Values out of a signal's domain (NaN, ±Inf, negative, a ratio above 1) are skipped and counted
+    in ``info.dropped`` (and ``bundle.dropped_values``); a series repeated on one page (same name
+    and labels) counts once, the repeats in ``info.duplicates``.
     """
     before = len(bundle)
     info = info if info is not None else PageInfo()
@@ -107,6 +181,8 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     combined: dict[tuple, list] = {}
     has_new_usage = False
     page_block_size = None
+    seen: set = set()
+    dropped_values = bundle.__dict__.setdefault("dropped_values", {})
     for fam in families:
         for s in fam.samples:
             name = s.name
@@ -128,7 +204,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                     except ValueError:
                         pass
                 continue
-            if how not in ("signal", "histogram") or math.isnan(s.value):
+            if how not in ("signal", "histogram"):
                 continue
             if "engine" in s.labels:
                 info.engines.add(s.labels["engine"])
@@ -150,8 +226,19 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
             if base == "kv_cache_usage_perc":
                 has_new_usage = True
             value = float(s.value)
-            if signal == "prefix_cache_hit_rate" and value < 0:
+            if signal == "prefix_cache_hit_rate" and value == -1:
                 continue  # V0: -1 means prefix caching is off
+            series_key = (name, tuple(sorted(s.labels.items())), ts)
+            if series_key in seen:
+                info.duplicates += 1
+                continue
+            seen.add(series_key)
+            why = _out_of_domain(signal, value)
+            if why:
+                key = f"{signal}: {why}"
+                info.dropped[key] = info.dropped.get(key, 0) + 1
+                dropped_values[signal] = dropped_values.get(signal, 0) + 1
+                continue
             rank = _ALIAS_RANK.get(base, 0)
             src = f"metric:{name}{_fmt_labels(s.labels)}{at}"
             key = (signal, text, ts)
@@ -332,33 +419,117 @@ def make_session(retries: int = 2, backoff: float = 0.2, opts: HttpOptions | Non
     return session
 
 
+def run_with_deadline(fn, timeout: float, on_timeout: str, cancel=None):
+    """Run ``fn()`` in a worker thread and wait at most ``timeout`` seconds (plus a short grace for the
+    worker's own timeout errors) for it; the result, or the exception it raised.
+
+    A socket timeout bounds each ``recv()``, not the whole exchange: a server that sends its headers
+    one byte at a time would hold a plain request forever. Past the deadline the worker is
+    abandoned (a daemon thread; ``cancel()``, when given, closes its connection) and
+    ``ScrapeError(on_timeout)`` is raised. An exception that is not a :class:`KvdiagError` is
+    re-raised as is for the caller to word.
+    """
+    box: dict = {}
+    done = threading.Event()
+
+    def work():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True, name="kvdiag-http").start()
+    if not done.wait(timeout + min(0.5, timeout / 4 + 0.05)):
+        if cancel is not None:
+            try:
+                cancel()
+            except Exception:  # noqa: BLE001 - best effort; the daemon thread is abandoned anyway
+                pass
+        raise ScrapeError(on_timeout)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    if pa.hostname != pb.hostname:
+        return False
+    return (pa.scheme, pa.port) == (pb.scheme, pb.port) or (pa.scheme, pb.scheme) == ("http", "https")
+
+
 def http_get(session: requests.Session, url: str, timeout: float, *, params: dict | None = None,
              accept: str = ACCEPT, max_bytes: int = MAX_BODY_BYTES, what: str = "a /metrics page") -> tuple[bytes, str, int]:
-    """GET ``url`` with a total deadline of ``timeout`` seconds; return ``(body, content_type, status)``.
+    """GET ``url`` with a total deadline of ``timeout`` seconds (connect, headers, redirects and body);
+    return ``(body, content_type, status)``.
+
+    Redirects are followed (at most :data:`MAX_REDIRECTS`) only to the same host, so ``--header`` and
+    bearer-token values never travel to another one. URLs in messages go through :func:`safe_url`;
+    header values are never quoted.
 
     Raises:
-        ScrapeError: refused, timed out, TLS failure, body larger than ``max_bytes``, body cut off.
+        ScrapeError: refused, timed out, TLS failure, redirected to another host, body larger than
+            ``max_bytes``, body cut off, a bad URL.
     """
-    deadline = time.monotonic() + timeout
+    shown = safe_url(url)
+    state: dict = {"resp": None, "shown": shown}
+
+    def cancel():
+        resp = state["resp"]
+        if resp is not None:
+            resp.close()
+
     try:
-        resp = session.get(url, params=params, timeout=(timeout / 3, timeout), stream=True, headers={"Accept": accept},
-                           verify=session.verify)  # explicit: REQUESTS_CA_BUNDLE would override the session
-    except requests.exceptions.SSLError as exc:
-        reason = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else "TLS error"
-        raise ScrapeError(f"{url}: {reason} (use --ca-cert FILE, or --insecure)") from None
-    except requests.exceptions.ConnectTimeout:
-        raise ScrapeError(f"{url}: connection timed out after {timeout:g}s") from None
-    except requests.exceptions.ReadTimeout:
-        raise ScrapeError(f"{url}: no answer within {timeout:g}s") from None
-    except requests.exceptions.ConnectionError as exc:
-        msg = str(exc).lower()
-        if "read timed out" in msg:  # urllib3 wraps a read timeout in MaxRetryError when retries are spent
-            raise ScrapeError(f"{url}: no answer within {timeout:g}s") from None
-        reason = "connection refused" if "refused" in msg else (
-            f"connection timed out after {timeout:g}s" if "timed out" in msg else "cannot connect")
-        raise ScrapeError(f"{url}: {reason}") from None
-    except requests.exceptions.RequestException as exc:
-        raise ScrapeError(f"{url}: {exc.__class__.__name__}: {exc}") from None
+        return run_with_deadline(lambda: _get(session, url, timeout, params, accept, max_bytes, what, state),
+                                 timeout, f"{state['shown']}: no complete answer within {timeout:g}s", cancel)
+    except ScrapeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line naming the URL, never a value of a header
+        raise ScrapeError(f"{shown}: request failed ({exc.__class__.__name__})") from None
+
+
+def _get(session, url, timeout, params, accept, max_bytes, what, state) -> tuple[bytes, str, int]:
+    deadline = time.monotonic() + timeout
+    shown = state["shown"]
+    current = url
+    for _hop in range(MAX_REDIRECTS + 1):
+        try:
+            resp = session.get(current, params=params, timeout=(timeout / 3, timeout), stream=True,
+                               headers={"Accept": accept}, allow_redirects=False,
+                               verify=session.verify)  # explicit: REQUESTS_CA_BUNDLE would override the session
+        except requests.exceptions.SSLError as exc:
+            reason = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else "TLS error"
+            raise ScrapeError(f"{shown}: {reason} (use --ca-cert FILE, or --insecure)") from None
+        except requests.exceptions.ConnectTimeout:
+            raise ScrapeError(f"{shown}: connection timed out after {timeout:g}s") from None
+        except requests.exceptions.ReadTimeout:
+            raise ScrapeError(f"{shown}: no answer within {timeout:g}s") from None
+        except requests.exceptions.ConnectionError as exc:
+            msg = str(exc).lower()
+            if "read timed out" in msg:  # urllib3 wraps a read timeout in MaxRetryError when retries are spent
+                raise ScrapeError(f"{shown}: no answer within {timeout:g}s") from None
+            reason = "connection refused" if "refused" in msg else (
+                f"connection timed out after {timeout:g}s" if "timed out" in msg else "cannot connect")
+            raise ScrapeError(f"{shown}: {reason}") from None
+        except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema,
+                requests.exceptions.InvalidURL):
+            raise ScrapeError(f"{shown}: expected an http:// or https:// URL") from None
+        except requests.exceptions.RequestException as exc:
+            raise ScrapeError(f"{shown}: request failed ({exc.__class__.__name__})") from None
+        state["resp"] = resp
+        if not resp.is_redirect:
+            break
+        target = urljoin(current, resp.headers.get("Location", ""))
+        resp.close()
+        if not _same_origin(current, target):
+            raise ScrapeError(f"{shown}: redirected to {safe_url(target)}, another host; not followed (headers and "
+                              "tokens stay with the host given); give that URL directly if it is right")
+        current, params = target, None
+        shown = state["shown"] = f"{safe_url(url)} (redirected to {safe_url(current)})"
+    else:
+        raise ScrapeError(f"{shown}: more than {MAX_REDIRECTS} redirects, expected {what}")
     with resp:
         chunks, size = [], 0
         raw = resp.raw
@@ -370,16 +541,16 @@ def http_get(session: requests.Session, url: str, timeout: float, *, params: dic
             for chunk in reader:
                 size += len(chunk)
                 if size > max_bytes:
-                    raise ScrapeError(f"{url}: body larger than {max_bytes // 2**20} MiB, not {what}")
+                    raise ScrapeError(f"{shown}: body larger than {max_bytes // 2**20} MiB, not {what}")
                 if time.monotonic() > deadline:
-                    raise ScrapeError(f"{url}: body not complete within {timeout:g}s")
+                    raise ScrapeError(f"{shown}: body not complete within {timeout:g}s")
                 chunks.append(chunk)
         except requests.exceptions.ReadTimeout:
-            raise ScrapeError(f"{url}: body stalled, no data within {timeout:g}s") from None
-        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as exc:
+            raise ScrapeError(f"{shown}: body stalled, no data within {timeout:g}s") from None
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             if "timed out" in str(exc).lower():
-                raise ScrapeError(f"{url}: body stalled, no data within {timeout:g}s") from None
-            raise ScrapeError(f"{url}: body cut off ({exc.__class__.__name__})") from None
+                raise ScrapeError(f"{shown}: body stalled, no data within {timeout:g}s") from None
+            raise ScrapeError(f"{shown}: body cut off ({exc.__class__.__name__})") from None
         return b"".join(chunks), resp.headers.get("Content-Type", ""), resp.status_code
 
 
@@ -390,14 +561,15 @@ def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tu
         ScrapeError: refused, timed out, HTTP error status, body too large or cut off, or not a /metrics page.
     """
     t = time.time()
+    shown = safe_url(url)
     body, ctype, status = http_get(session, url, timeout)
     if status >= 400:
         reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
         hint = " (give credentials with --header or --bearer-token-file)" if status in (401, 403) else ""
-        raise ScrapeError(f"{url}: HTTP {status} {reason}, expected 200 with a /metrics page{hint}")
+        raise ScrapeError(f"{shown}: HTTP {status} {reason}, expected 200 with a /metrics page{hint}")
     text = body.decode("utf-8", errors="replace")
     try:
-        families = parse_page(text, url, openmetrics="openmetrics" in ctype.lower())
+        families = parse_page(text, shown, openmetrics="openmetrics" in ctype.lower())
     except InputError as exc:
         raise ScrapeError(f"{exc} (Content-Type: {ctype or 'none'})") from None
     return families, t
@@ -405,7 +577,9 @@ def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tu
 
 @dataclass
 class Target:
-    """One /metrics endpoint being scraped: its bundle, what was read, and why it failed (if it did)."""
+    """One /metrics endpoint being scraped: its bundle, what was read, and why it failed (if it did).
+
+    ``url`` is the shown form (:func:`safe_url`: no credentials), ``fetch_url`` the one requested."""
 
     url: str
     bundle: Bundle
@@ -413,6 +587,7 @@ class Target:
     page: PageInfo = field(default_factory=PageInfo)
     error: str | None = None
     last_usage: float | None = None
+    fetch_url: str = ""
 
 
 def _scrape_loop(target: Target, session: requests.Session, duration: float, interval: float, timeout: float,
@@ -420,14 +595,16 @@ def _scrape_loop(target: Target, session: requests.Session, duration: float, int
     n = 0
     while not stop.is_set():
         try:
-            families, t = scrape_once(session, target.url, timeout)
+            families, t = scrape_once(session, target.fetch_url or target.url, timeout)
             target.info.observations += add_page(target.bundle, families, target.url, t, target.page)
             target.info.records += 1
             if on_page is not None:
                 on_page(families, t)
             u = target.bundle.signal("kv_cache_usage") if target.bundle.has("kv_cache_usage") else None
             target.last_usage = None if u is None or u.empty else float(u["value"].iloc[-1])
-        except ScrapeError as exc:
+        except Exception as exc:  # noqa: BLE001 - nothing may escape the thread: a traceback and a silent gap
+            if not isinstance(exc, ScrapeError):
+                exc = ScrapeError(f"{target.url}: scrape failed ({exc.__class__.__name__})")
             if target.info.records == 0 and n == 0:
                 target.error = str(exc)
                 return
@@ -452,7 +629,8 @@ def scrape_targets(urls: list[str], duration: float, interval: float, opts: Http
     ``on_page(families, t)`` is called for every page of a single URL (used by ``kvdiag record``).
     """
     opts = opts or HttpOptions()
-    targets = [Target(url=u, bundle=Bundle(), info=InputInfo(kind="metrics-url", name=u)) for u in urls]
+    targets = [Target(url=safe_url(u), bundle=Bundle(), info=InputInfo(kind="metrics-url", name=safe_url(u)),
+                      fetch_url=u) for u in urls]
     show = sys.stderr.isatty() if progress is None else progress
     stop = threading.Event()
     start = time.monotonic()
