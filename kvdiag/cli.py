@@ -6,6 +6,8 @@ evaluable), 130 on Ctrl-C. No traceback unless ``--debug``.
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 import textwrap
 
@@ -21,19 +23,43 @@ class Duration(click.ParamType):
 
     name = "duration"
 
+    def __init__(self, min_seconds: float = 0.0, max_seconds: float = float("inf")) -> None:
+        self.min_seconds, self.max_seconds = min_seconds, max_seconds
+
     def convert(self, value, param, ctx):
         if isinstance(value, (int, float)):
             return float(value)
         try:
             seconds = parse_duration(value)
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             self.fail(str(exc), param, ctx)
         if seconds <= 0:
             self.fail(f"{value!r} must be longer than zero", param, ctx)
+        if not math.isfinite(seconds) or seconds > self.max_seconds:
+            self.fail(f"{value!r} is too long: at most {_fmt_seconds(self.max_seconds)}", param, ctx)
+        if seconds < self.min_seconds:
+            self.fail(f"{value!r} is too short: at least {_fmt_seconds(self.min_seconds)}", param, ctx)
         return seconds
 
 
+def _fmt_seconds(s: float) -> str:
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= n and s % n == 0:
+            return f"{s / n:g}{unit}"
+    return f"{s * 1000:g}ms"
+
+
 DURATION = Duration()
+SCRAPE_DURATION = Duration(max_seconds=7 * 86400)  # a scrape window of more than a week is a typo
+SCRAPE_INTERVAL = Duration(min_seconds=0.1, max_seconds=86400)  # below 100 ms it would hammer the endpoint
+HTTP_TIMEOUT = Duration(max_seconds=3600)
+
+
+def _finite(ctx, param, value):
+    """Reject NaN and ±Inf, which pass click's FloatRange checks."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number", ctx=ctx, param=param)
+    return value
 
 
 def _source_options(f):
@@ -45,16 +71,19 @@ def _source_options(f):
                      help="Saved /metrics page (repeatable)."),
         click.option("--metrics-url", "metrics_urls", multiple=True, metavar="URL",
                      help="Live /metrics endpoint to scrape (repeatable)."),
-        click.option("--duration", type=DURATION, default="30s", show_default=True,
-                     help="How long to scrape a --metrics-url."),
-        click.option("--interval", type=DURATION, default="5s", show_default=True, help="Time between scrapes."),
+        click.option("--duration", type=SCRAPE_DURATION, default="30s", show_default=True,
+                     help="How long to scrape a --metrics-url (at most 7d)."),
+        click.option("--interval", type=SCRAPE_INTERVAL, default="5s", show_default=True,
+                     help="Time between scrapes (at least 100ms)."),
         click.option("--model-config", type=str, default=None, metavar="FILE",
                      help="Hugging Face config.json of the served model (capacity arithmetic)."),
         click.option("--gpu-memory", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GiB",
+                     callback=_finite,
                      help="Total memory of one GPU, GiB (with --model-config: do the weights fit?)."),
         click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=None, metavar="N",
                      help="Tensor parallel size of the deployment (when the log does not say)."),
         click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
+                     callback=_finite,
                      metavar="R", help="gpu_memory_utilization of the deployment (when the inputs do not say)."),
         click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files."),
         click.option("--year", type=int, default=None, help="Year of log timestamps (vLLM prints none)."),
@@ -74,12 +103,23 @@ def _http_options(f):
         click.option("--ca-cert", type=click.Path(dir_okay=False), default=None, metavar="FILE",
                      help="CA bundle to verify TLS servers with (verification is on by default)."),
         click.option("--insecure", is_flag=True, help="Do not verify TLS certificates."),
-        click.option("--timeout", type=DURATION, default="10s", show_default=True,
-                     help="Longest time one HTTP request may take (connect, headers and body)."),
+        click.option("--timeout", type=HTTP_TIMEOUT, default="10s", show_default=True,
+                     help="Longest time one HTTP request may take in all (connect, headers and body; at most 1h)."),
     ]
     for option in reversed(options):
         f = option(f)
     return f
+
+
+def _header_value_problem(value: str) -> str:
+    """Why ``value`` cannot be sent as an HTTP header value ('' when it can)."""
+    if any(c in value for c in "\r\n"):
+        return "has a line break"
+    if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in value):
+        return "has a control character"
+    if any(ord(c) > 255 for c in value):
+        return "has a character outside latin-1 (HTTP headers cannot carry it)"
+    return ""
 
 
 def _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout):
@@ -90,16 +130,28 @@ def _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout):
     hdrs = {}
     for h in headers:
         name, sep, value = h.partition(":")
-        if not sep or not name.strip() or any(c in name for c in " \t"):
-            raise click.BadParameter(f"{h!r} is not 'Name: value'", param_hint="--header")
-        hdrs[name.strip()] = value.strip()
+        name = name.strip()
+        if not sep or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+            shown = name if re.fullmatch(r"[\x21-\x7e]{1,64}", name) else "(not shown)"
+            raise click.BadParameter(f"{shown!r}: expected 'Name: value' with a header name of letters, digits "
+                                     "and -", param_hint="--header")
+        problem = _header_value_problem(value.strip())
+        if problem:  # the value is never echoed: it is usually a secret
+            raise click.BadParameter(f"{name}: the value {problem} (value not shown)", param_hint="--header")
+        hdrs[name] = value.strip()
     if bearer_token_file:
         try:
             token = open(bearer_token_file, encoding="utf-8").read().strip()
         except OSError as exc:
             raise InputError(f"{bearer_token_file}: cannot read bearer token: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{bearer_token_file}: not UTF-8 text, expected a bearer token") from None
         if not token:
             raise InputError(f"{bearer_token_file}: empty, expected a bearer token")
+        problem = _header_value_problem(token)
+        if problem:
+            raise InputError(f"{bearer_token_file}: the token {problem}, expected one line of printable "
+                             "ASCII (token not shown)")
         hdrs["Authorization"] = f"Bearer {token}"
     if insecure and ca_cert:
         raise click.UsageError("--insecure and --ca-cert contradict each other; give one")
@@ -191,11 +243,12 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
 @click.option("--pushgateway", default=None, metavar="URL", help="Push the verdict series to a Pushgateway.")
 @click.option("--job", default="kvdiag", show_default=True, help="Pushgateway job name.")
 @click.option("--instance", default=None, help="Instance label (default: the URL or file checked).")
+@_http_options
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
 def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
           gpu_memory_utilization, rules_dirs, year, warn_on, fail_on, state_file, textfile, pushgateway, job, instance,
-          debug):
+          headers, bearer_token_file, ca_cert, insecure, timeout, debug):
     """One Nagios-style line with perfdata; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (for cron and CronJobs).
 
     By default one scrape of each --metrics-url (--duration 1s); with --state the window runs from the previous
@@ -212,7 +265,11 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
     src = ctx.get_parameter_source("duration")
     if src is not None and src.name == "DEFAULT":
         duration = 1.0
-    inst = instance or (metrics_urls[0] if metrics_urls else (logs[0] if logs else (metrics_files or [model_config])[0]))
+    from .collect.metrics import safe_url
+
+    http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
+    inst = instance or (safe_url(metrics_urls[0]) if metrics_urls else
+                        (logs[0] if logs else (metrics_files or [model_config])[0]))
     if warn_on or fail_on:
         try:
             classes = {r.cls for r in load_rules(list(rules_dirs))}
@@ -234,7 +291,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
     try:
         report = run(logs=list(logs), metrics_files=list(metrics_files), metrics_urls=list(metrics_urls),
                      duration=duration, interval=interval, model_config=model_config, rules_dirs=list(rules_dirs),
-                     year=year, progress=False,
+                     year=year, progress=False, http=http,
                      deployment={"gpu_total_bytes": gpu_memory and gpu_memory * 2**30,
                                  "tensor_parallel_size": tensor_parallel_size,
                                  "gpu_memory_utilization": gpu_memory_utilization},
@@ -245,7 +302,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
         line = chk.status_line(3, None, "", notes, error=str(exc))
         reg = chk.build_registry(inst, None, False, now)
         extra = [n for n in ((textfile and chk.write_textfile(textfile, reg)),
-                             (pushgateway and chk.push(pushgateway, job, inst, reg))) if n]
+                             (pushgateway and chk.push(pushgateway, job, inst, reg, timeout=timeout))) if n]
         click.echo(line + ("; " + "; ".join(extra) if extra else ""))
         ctx.exit(3)
     bundle = kept[0]
@@ -259,7 +316,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
     if state_note and code == 0:
         code = 3  # the window since the last check could not be judged; a WARNING/CRITICAL verdict still shows
     reg = chk.build_registry(inst, report, code != 3, now)
-    for note in ((textfile and chk.write_textfile(textfile, reg)), (pushgateway and chk.push(pushgateway, job, inst, reg))):
+    for note in ((textfile and chk.write_textfile(textfile, reg)), (pushgateway and chk.push(pushgateway, job, inst, reg, timeout=timeout))):
         if note:
             notes.append(note)
     click.echo(chk.status_line(code, report, chk.perfdata(bundle, report), notes))
@@ -268,8 +325,10 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
 
 @cli.command()
 @click.option("--metrics-url", required=True, metavar="URL", help="The /metrics endpoint to record.")
-@click.option("--interval", type=DURATION, default="5s", show_default=True, help="Time between scrapes.")
-@click.option("--duration", type=DURATION, default="10m", show_default=True, help="How long to record.")
+@click.option("--interval", type=SCRAPE_INTERVAL, default="5s", show_default=True,
+              help="Time between scrapes (at least 100ms).")
+@click.option("--duration", type=SCRAPE_DURATION, default="10m", show_default=True,
+              help="How long to record (at most 7d).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="FILE.om",
               help="OpenMetrics file to write (a timestamp on every sample, '# EOF').")
 @_http_options
@@ -281,9 +340,11 @@ def record(metrics_url, interval, duration, out, headers, bearer_token_file, ca_
     openmetrics'. Exit 0 written, 3 nothing recorded."""
     from .record import record as rec
 
+    from .collect.metrics import safe_url
+
     http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
     n, samples = rec(metrics_url, out, duration=duration, interval=interval, http=http, progress=progress)
-    click.echo(f"kvdiag: recorded {n} scrape(s), {samples} sample(s) of {metrics_url} to {out}", err=True)
+    click.echo(f"kvdiag: recorded {n} scrape(s), {samples} sample(s) of {safe_url(metrics_url)} to {out}", err=True)
 
 
 @cli.group()
