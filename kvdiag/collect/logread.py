@@ -50,32 +50,57 @@ MAX_JOIN = 64  # physical lines one record may span
 
 # ------------------------------------------------------------------------------------------------
 # Secrets
+_SECRET_KEY = r"(?:api[-_]?key|hf[-_]?token|token|passw(?:or)?d|secret|authorization|credentials?)"
+# a value after a key: a [list] of items, a quoted string (spaces and commas inside), or a bare word (commas inside,
+# a trailing comma belongs to the enclosing Namespace/dict)
+_SECRET_VALUE = r"""(\[[^\]\n]*\]|'[^'\n]*'|"[^"\n]*"|(?:Bearer\s+|Basic\s+)?[^\s'",)\]}]+(?:,[^\s'",)\]}]+)*)"""
 _SECRET_PATTERNS = [
-    # --api-key VALUE / --api-key=VALUE / --hf-token ... (CLI flags echoed in 'args: ...' lines)
-    re.compile(r"(?i)(--(?:api[-_]?key|hf[-_]?token|token|password|secret)[ =]+['\"]?)([^\s'\",)\]}]+)"),
-    # api_key='x', "api_key": "x", HF_TOKEN=x, hf_token: x, password=..., secret=..., Authorization: x
-    re.compile(r"(?i)(\b[\w-]*(?:api[-_]?key|token|passw(?:or)?d|secret|authorization|credentials?)['\"]?"
-               r"\s*[:=]\s*(?:\[\s*)?['\"]?(?:Bearer\s+|Basic\s+)?)([^\s'\",)\]}]+)"),
+    # --api-key VALUE / --api-key=VALUE / --hf-token ... (CLI flags echoed in 'args: ...' lines), and the argv-list
+    # form ['--api-key', 'VALUE'] of a launcher's command line
+    re.compile(r"(?i)(--" + _SECRET_KEY + r"(?:['\"]?\s*,\s*|[ =]+))" + _SECRET_VALUE),
+    # api_key='x', "api_key": "x", 'api_key': ['x', 'y'], HF_TOKEN=x, hf_token: x, password=..., Authorization: x
+    re.compile(r"(?i)(\b[\w-]*" + _SECRET_KEY + r"['\"]?\s*[:=]\s*)" + _SECRET_VALUE),
     re.compile(r"(?i)(\bBearer\s+)([A-Za-z0-9._~+/=-]+)"),
+    # the password of URL userinfo: scheme://user:PASSWORD@host
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]*:)([^\s/@'\"]+)(?=@)"),
     # bare well-known token shapes
     re.compile(r"()\b(hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|ghp_[A-Za-z0-9]{20,}|xox[bap]-[A-Za-z0-9-]{10,})"),
 ]
-_NONE_VALUES = {"none", "null", "false", "true", "''", '""'}
+_NONE_VALUES = {"none", "null", "false", "true", "''", '""', "[]"}
+_QUOTED_ITEM = re.compile(r"""'[^'\n]*'|"[^"\n]*"|[^\s,'"\[\]]+""")
+
+
+def _hide(value: str) -> str:
+    """``***`` in place of one secret value, keeping its quotes or list brackets (``['***', '***']``)."""
+    if value.lower() in _NONE_VALUES or value.strip("'\"").lower() in _NONE_VALUES - {"''", '""', "[]"}:
+        return value
+    if value.startswith("["):
+        return _QUOTED_ITEM.sub(lambda m: _hide(m.group(0)), value)
+    if value[:1] in "'\"" and len(value) >= 2:
+        return value[0] + "***" + value[-1]
+    for prefix in ("Bearer ", "Basic ", "bearer ", "basic "):
+        if value.startswith(prefix):
+            return prefix + "***"
+    return "***"
 
 
 def redact(text: str) -> str:
     """Replace secret values in ``text`` by ``***``.
 
-    Covers ``--api-key VALUE`` and similar flags, ``api_key='…'`` / ``"api_key": "…"`` / ``HF_TOKEN=…``
-    / ``password=…`` / ``Authorization: Bearer …`` assignments as vLLM's ``args:`` and
-    ``non-default args:`` lines print them, and bare ``hf_…`` / ``sk-…`` / ``ghp_…`` tokens.
-    Values ``None``/``True``/``False`` stay (they are settings, not secrets).
+    Covers ``--api-key VALUE`` and similar flags (also the argv-list form ``['--api-key', 'VALUE']``),
+    ``api_key='…'`` (spaces and commas inside quotes) / ``"api_key": "…"`` / ``'api_key': ['…', '…']`` (every
+    item) / ``HF_TOKEN=…`` / ``password=…`` / ``Authorization: Bearer …`` assignments as vLLM's ``args:`` and
+    ``non-default args:`` lines print them, URL userinfo passwords (``https://user:…@host``), and bare
+    ``hf_…`` / ``sk-…`` / ``ghp_…`` tokens. Values ``None``/``True``/``False`` stay (they are settings, not secrets).
     """
     if not text:
         return text
 
     def sub(m: re.Match) -> str:
-        return m.group(0) if m.group(2).lower() in _NONE_VALUES else m.group(1) + "***"
+        value = m.group(2)
+        if m.re is _SECRET_PATTERNS[-1] or m.re is _SECRET_PATTERNS[-2] or m.re is _SECRET_PATTERNS[2]:
+            return m.group(1) + "***"
+        return m.group(1) + _hide(value)
 
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(sub, text)
