@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 import math
 
+import numpy as np
 import pandas as pd
 
 from .signals import SIGNALS
@@ -70,8 +71,8 @@ class Bundle:
         self.model_config: dict | None = None
         self.model_config_source: str = ""
         self._frame: pd.DataFrame | None = None
-        self._groups: dict[str, pd.DataFrame] = {}
-        self._names: set[str] = set()
+        self._by_signal: dict[str, list[tuple]] = {}
+        self._sig_frames: dict[str, pd.DataFrame] = {}
         self._memo: dict = {}
 
     def add(self, signal: str, value: float | None, source: str, *, t: float | None = None,
@@ -84,10 +85,18 @@ class Bundle:
         if signal not in SIGNALS:
             raise KeyError(f"unknown signal {signal!r}")
         v = math.nan if value is None else float(value)
-        self._rows.append((signal, math.nan if t is None else float(t), self._seq, v, text, source, segment))
+        row = (signal, math.nan if t is None else float(t), self._seq, v, text, source, segment)
+        self._rows.append(row)
+        rows = self._by_signal.get(signal)
+        if rows is None:
+            rows = self._by_signal[signal] = []
+        rows.append(row)
         self._seq += 1
         self._frame = None
-        self._names.add(signal)
+        if self._sig_frames:
+            self._sig_frames.pop(signal, None)
+        if self._memo:
+            self._memo = {}
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -95,29 +104,29 @@ class Bundle:
     def frame(self) -> pd.DataFrame:
         """All observations as a DataFrame (see the class docstring for the shape)."""
         if self._frame is None:
-            df = pd.DataFrame.from_records(self._rows, columns=OBS_COLUMNS)
-            df = df.astype({"signal": object, "t": "float64", "seq": "int64", "value": "float64",
-                            "text": object, "source": object, "segment": "int64"})
-            self._frame = df
-            self._groups = {}  # per-signal rows, built once per frame (rules ask for each signal many times)
-            self._memo = {}
+            self._frame = _to_frame(self._rows)
         return self._frame
 
     def memo(self) -> dict:
         """A scratch dict valid until the next :meth:`add` (the rules engine memoises aggregations in it)."""
-        self.frame()
         return self._memo
 
     def signal(self, name: str) -> pd.DataFrame:
-        """Rows of one signal, in arrival order (same columns as :meth:`frame`)."""
-        df = self.frame()
-        if not self._groups and len(df):
-            self._groups = dict(tuple(df.groupby("signal", sort=False)))
-        rows = self._groups.get(name)
-        return rows if rows is not None else df.iloc[0:0]
+        """Rows of one signal, in arrival order (same columns as :meth:`frame`; index 0..n−1 of that signal).
+
+        Built per signal and cached until that signal gets a new row, so deriving signals one after the other
+        does not rebuild the whole table.
+        """
+        df = self._sig_frames.get(name)
+        if df is None:
+            rows = self._by_signal.get(name)
+            if rows is None:
+                return _EMPTY
+            df = self._sig_frames[name] = _to_frame(rows)
+        return df
 
     def has(self, name: str) -> bool:
-        return name in self._names
+        return name in self._by_signal
 
     def window(self) -> tuple[str | None, str | None]:
         """First and last observation time as RFC 3339 UTC strings, or ``(None, None)``."""
@@ -127,6 +136,20 @@ class Bundle:
         if ts.empty:
             return None, None
         return iso(ts.min()), iso(ts.max())
+
+
+def _to_frame(rows: list[tuple]) -> pd.DataFrame:
+    """Rows (tuples in ``OBS_COLUMNS`` order) → a DataFrame with the documented dtypes, column by column
+    (several times faster than ``from_records`` + ``astype`` on the many small per-signal tables)."""
+    cols = list(zip(*rows)) if rows else [()] * len(OBS_COLUMNS)
+    return pd.DataFrame({
+        "signal": pd.Series(cols[0], dtype=object), "t": np.asarray(cols[1], dtype="float64"),
+        "seq": np.asarray(cols[2], dtype="int64"), "value": np.asarray(cols[3], dtype="float64"),
+        "text": pd.Series(cols[4], dtype=object), "source": pd.Series(cols[5], dtype=object),
+        "segment": np.asarray(cols[6], dtype="int64")})
+
+
+_EMPTY = _to_frame([])
 
 
 def iso(t: float) -> str:

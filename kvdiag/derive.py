@@ -32,7 +32,10 @@ def increase(values: pd.Series) -> float:
 
 
 def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
-    rows = bundle.signal(name).dropna(subset=["value"])
+    rows = bundle.signal(name)
+    if rows.empty:
+        return None
+    rows = rows[rows["value"].notna()]
     if rows.empty:
         return None
     r = rows.iloc[-1]
@@ -250,7 +253,8 @@ def derive(bundle: Bundle) -> None:
 
         derive_capacity(bundle)
     pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
-    running = bundle.signal("num_requests_running").dropna(subset=["value"])
+    running = bundle.signal("num_requests_running")
+    running = running[running["value"].notna()]
     if bs and not running.empty:
         idx = running["value"].idxmax()
         r = float(running.loc[idx, "value"])
