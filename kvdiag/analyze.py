@@ -20,8 +20,12 @@ def load_model_config(path: str) -> dict:
     """Read a Hugging Face ``config.json``.
 
     Raises:
-        InputError: missing, unreadable, not JSON, or not a JSON object.
+        InputError: missing, unreadable, not JSON, nested too deeply, not a JSON object, or a field the capacity
+            model reads is malformed (NaN / Infinity / out of range, ``capacity.check_config_numbers`` and
+            ``capacity.model_shape``); the message names the file and the field.
     """
+    from . import capacity
+
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{path}: no such file, expected a model config.json")
@@ -31,8 +35,15 @@ def load_model_config(path: str) -> dict:
         raise InputError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply: expected a Hugging Face config.json") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    try:
+        capacity.check_config_numbers(data)
+        capacity.model_shape(data)
+    except InputError as exc:
+        raise InputError(f"{path}: {str(exc).removeprefix('config: ')}") from None
     return data
 
 
@@ -82,7 +93,7 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     derive_windows(bundle)
     findings = evaluate(rules, bundle)
     start, end = bundle.window()
-    report = Report(verdict=verdict(findings, unexplained_failures(bundle)), findings=findings, inputs=[i.to_dict() for i in bundle.inputs],
+    report = Report(verdict=_guard(verdict(findings, unexplained_failures(bundle)), bundle), findings=findings, inputs=[i.to_dict() for i in bundle.inputs],
                     window={"start": start, "end": end})
     if model_config and bundle.has("kv_bytes_per_token"):
         bpt = bundle.signal("kv_bytes_per_token")["value"].iloc[-1]
@@ -104,7 +115,26 @@ def _judge(rules, bundle: Bundle):
     derive(bundle)
     derive_windows(bundle)
     findings = evaluate(rules, bundle)
-    return verdict(findings, unexplained_failures(bundle)), findings
+    return _guard(verdict(findings, unexplained_failures(bundle)), bundle), findings
+
+
+def _guard(v, bundle: Bundle):
+    """No ``healthy`` verdict on values the collectors had to drop (NaN, ±Inf, negative, ratio above 1):
+    every value of a key runtime signal dropped → ``inconclusive``; some dropped → confidence low."""
+    from dataclasses import replace
+
+    from .collect.metrics import KEY_SIGNALS
+
+    dropped = getattr(bundle, "dropped_values", None) or {}
+    if v.primary != "healthy" or not any(s in dropped for s in KEY_SIGNALS):
+        return v
+    lost = [s for s in KEY_SIGNALS if s in dropped and not bundle.has(s)]
+    if lost:
+        return replace(v, primary="inconclusive", confidence="low",
+                       summary=f"Not judged healthy: every value of {', '.join(lost)} was out of its domain (NaN, "
+                               "Inf, negative or a ratio above 1) and was skipped; see the input notes.")
+    return replace(v, confidence="low",
+                   summary=v.summary + " Some input values were out of their domain and skipped (see the input notes).")
 
 
 def _judge_one(rules, name: str, b: Bundle) -> InstanceReport:

@@ -346,10 +346,10 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
     if parts.scheme not in ("http", "https"):
         return f"push to {shown} failed (expected an http:// or https:// URL)"
 
-    def handler(h_url, method, h_timeout, headers, data):
+    def handler(url, method, timeout, headers, data):  # prometheus-client passes these by name
         if user is not None:
-            return basic_auth_handler(h_url, method, h_timeout, headers, data, username=user, password=password)
-        return default_handler(h_url, method, h_timeout, headers, data)
+            return basic_auth_handler(url, method, timeout, headers, data, username=user, password=password)
+        return default_handler(url, method, timeout, headers, data)
 
     try:
         run_with_deadline(lambda: push_to_gateway(plain, job=job, registry=registry,

@@ -683,6 +683,9 @@ def scrape(bundle: Bundle, url: str, duration: float, interval: float, timeout: 
     if target.error:
         raise ScrapeError(target.error)
     frame = target.bundle.frame()
+    for sig, n in getattr(target.bundle, "dropped_values", {}).items():
+        dv = bundle.__dict__.setdefault("dropped_values", {})
+        dv[sig] = dv.get(sig, 0) + n
     for row in frame.itertuples(index=False):
         bundle.add(row.signal, None if math.isnan(row.value) else row.value, row.source,
                    t=None if math.isnan(row.t) else row.t, text=row.text, segment=row.segment)

@@ -26,7 +26,8 @@ from ..engine.model import parse_duration
 from ..errors import InputError, ScrapeError
 from ..signals import SIGNALS, WINDOW_HISTOGRAMS
 from ..windows import HIGH_USAGE
-from .metrics import HttpOptions, _cache_config, http_get, make_session
+from .logread import redact
+from .metrics import HttpOptions, _cache_config, _out_of_domain, http_get, make_session, safe_url
 
 MAX_RESPONSE_BYTES = 1024 * 2**20
 _PREFIX = "(?:ray_)?vllm[:_]"
@@ -146,13 +147,22 @@ class PromClient:
         for suffix in ("/api/v1/query", "/api/v1", "/graph"):
             if self.base.endswith(suffix):
                 self.base = self.base[: -len(suffix)]
+        self.shown = safe_url(self.base)
         self.opts = opts or HttpOptions()
         self.session = make_session(opts=self.opts)
         self.queries = 0
         self.seconds = 0.0
 
-    def _get(self, path: str, params: dict) -> list:
+    def _get(self, path: str, params: dict, need: str = "value") -> list:
+        """One API call → ``data.result``, checked: a list of ``{"metric": {labels}, "value": [t, "number"]}``
+        (vector) or ``{"metric": …, "values": [[t, "number"], …]}`` (matrix).
+
+        Raises:
+            ScrapeError: unreachable, not JSON, an error answer (its text redacted and cut short), or a
+                malformed answer (the message names the URL and what was expected).
+        """
         url = f"{self.base}{path}"
+        shown = f"{self.shown}{path}"
         t0 = time.monotonic()
         body, _ctype, status = http_get(self.session, url, self.opts.timeout, params=params, accept="application/json",
                                         max_bytes=MAX_RESPONSE_BYTES, what="a Prometheus API answer")
@@ -160,15 +170,28 @@ class PromClient:
         self.queries += 1
         try:
             data = json.loads(body)
-        except ValueError:
-            head = body[:80].decode("utf-8", "replace").strip().replace("\n", " ")
-            raise ScrapeError(f"{url}: HTTP {status}, not a Prometheus API answer (body starts {head!r})") from None
+        except (ValueError, RecursionError):
+            head = redact(body[:80].decode("utf-8", "replace").strip().replace("\n", " "))
+            raise ScrapeError(f"{shown}: HTTP {status}, not a Prometheus API answer (body starts {head!r})") from None
         if not isinstance(data, dict) or "status" not in data:
-            raise ScrapeError(f"{url}: HTTP {status}, not a Prometheus API answer")
+            raise ScrapeError(f"{shown}: HTTP {status}, not a Prometheus API answer (expected a JSON object with "
+                              "\"status\")")
         if data["status"] != "success":
-            raise ScrapeError(f"{url}: query failed ({data.get('errorType', 'error')}: {data.get('error', '?')}) "
+            err = redact(" ".join(str(data.get("error", "?")).split()))
+            err = err if len(err) <= 160 else err[:160] + "…"
+            raise ScrapeError(f"{shown}: query failed ({str(data.get('errorType', 'error'))[:40]}: {err}) "
                               f"for: {params.get('query', '')[:200]}")
-        return data.get("data", {}).get("result", [])
+        inner = data.get("data")
+        result = inner.get("result") if isinstance(inner, dict) else None
+        if not isinstance(result, list):
+            raise ScrapeError(f"{shown}: HTTP {status}, malformed Prometheus API answer: expected data.result "
+                              "to be a list")
+        for i, r in enumerate(result):
+            problem = _bad_item(r) or ("" if need in r else f"\"{need}\"")
+            if problem:
+                raise ScrapeError(f"{shown}: HTTP {status}, malformed Prometheus API answer: data.result[{i}]: "
+                                  f"expected {problem}")
+        return result
 
     def query(self, q: str, t: float) -> list:
         """Instant query at Unix time ``t``; the ``result`` list (vector)."""
@@ -177,7 +200,34 @@ class PromClient:
     def query_range(self, q: str, start: float, end: float, step: float) -> list:
         """Range query; the ``result`` list (matrix)."""
         return self._get("/api/v1/query_range", {"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                  "step": f"{step:g}"})
+                                                  "step": f"{step:g}"}, need="values")
+
+
+def _bad_point(p) -> bool:
+    if not isinstance(p, (list, tuple)) or len(p) != 2 or isinstance(p[0], bool):
+        return True
+    try:
+        float(p[0])
+        float(p[1])
+    except (TypeError, ValueError):
+        return True
+    return False
+
+
+def _bad_item(r) -> str:
+    """What one ``data.result`` item should have been ('' when it is well formed)."""
+    if not isinstance(r, dict):
+        return "an object with \"metric\" and \"value\"/\"values\""
+    metric = r.get("metric", {})
+    if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+        return "\"metric\" to be an object of label names to strings"
+    if "value" in r and _bad_point(r["value"]):
+        return "\"value\" to be [unix_time, \"number\"]"
+    if "values" in r and (not isinstance(r["values"], list) or any(_bad_point(p) for p in r["values"])):
+        return "\"values\" to be a list of [unix_time, \"number\"]"
+    if "value" not in r and "values" not in r:
+        return "\"value\" or \"values\""
+    return ""
 
 
 # --- the fleet ----------------------------------------------------------------------------------
@@ -223,37 +273,57 @@ def iter_fleet(url: str, selector: str, start: float, end: float, step: float, h
     instances = sorted({_inst(r) for r in found})
     if not instances:
         kv = series("kv_cache_usage_perc", sel)
-        raise ScrapeError(f"{client.base}: no vLLM series for {selector or 'any instance'} between {iso(start)} and "
+        raise ScrapeError(f"{client.shown}: no vLLM series for {selector or 'any instance'} between {iso(start)} and "
                           f"{iso(end)} (looked for {kv} and the other vLLM gauges, both vllm: and vllm_ names)")
     points = 0
     for i in range(0, len(instances), batch):
         part = instances[i:i + batch]
         inst_sel = f'instance=~"{"|".join(_re_literal(x) for x in part)}"' if any(part) else 'instance=""'
-        bundles, n = _collect_batch(client, ",".join(x for x in (sel, inst_sel) if x), start, end, step)
+        dropped: dict = {}
+        bundles, n = _collect_batch(client, ",".join(x for x in (sel, inst_sel) if x), start, end, step, dropped)
         points += n
         for inst in sorted(bundles):
             b = bundles.pop(inst)
-            b.inputs.append(InputInfo(kind="prometheus", name=f"{client.base} instance={inst}", records=1,
-                                      observations=len(b)))
+            info = InputInfo(kind="prometheus", name=f"{client.shown} instance={inst}", records=1,
+                             observations=len(b))
+            why = dropped.get(inst)
+            if why:
+                info.notes.append(f"{sum(why.values())} value(s) out of their domain skipped ("
+                                  + "; ".join(f"{k} ×{v}" for k, v in sorted(why.items())) + ")")
+            b.inputs.append(info)
             yield inst or "(no instance label)", b
     if notes is not None:
-        notes.append(f"prometheus {client.base}: {len(instances)} instance(s), {client.queries} PromQL queries, "
+        notes.append(f"prometheus {client.shown}: {len(instances)} instance(s), {client.queries} PromQL queries, "
                      f"{points:,} gauge points at step {step:g}s, window {iso(start)} .. {iso(end)}; server time "
                      f"{client.seconds:.2f}s")
 
 
-def _collect_batch(client: PromClient, sel: str, start: float, end: float, step: float) -> tuple[dict, int]:
-    """The queries of :func:`iter_fleet` for the instances ``sel`` matches → ``({instance: bundle}, points)``."""
+def _collect_batch(client: PromClient, sel: str, start: float, end: float, step: float,
+                   dropped: dict | None = None) -> tuple[dict, int]:
+    """The queries of :func:`iter_fleet` for the instances ``sel`` matches → ``({instance: bundle}, points)``.
+
+    Gauge points and counter increases out of their signal's domain (NaN, ±Inf, negative, a ratio
+    above 1) are skipped and counted in ``dropped`` (``{instance: {"signal: why": n}}``)."""
     window = end - start
     w = _dur(window)
     bundles: dict[str, Bundle] = {}
     n_points = 0
+    dropped = {} if dropped is None else dropped
 
     def bundle(inst: str) -> Bundle:
         b = bundles.get(inst)
         if b is None:
             b = bundles[inst] = Bundle()
         return b
+
+    def bad(inst: str, signal: str, v: float) -> bool:
+        why = _out_of_domain(signal, v)
+        if why:
+            per = dropped.setdefault(inst, {})
+            per[f"{signal}: {why}"] = per.get(f"{signal}: {why}", 0) + 1
+            key_lost = bundle(inst).__dict__.setdefault("dropped_values", {})
+            key_lost[signal] = key_lost.get(signal, 0) + 1
+        return bool(why)
 
     for signal, (agg, names, extra) in GAUGES.items():
         q = _alternatives([f"{agg} by (instance) ({series(n, sel, extra)})" for n in names])
@@ -263,6 +333,8 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
             b = bundle(_inst(r))
             for t, v in r.get("values", []):
                 t = float(t)
+                if bad(_inst(r), signal, float(v)):
+                    continue
                 src = sources.get(t)
                 if src is None:  # one string per step, shared by every instance
                     src = sources[t] = src_q + iso(t)
@@ -282,7 +354,7 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         src = f"promql:sum by (instance) (increase({names[0]}[{w}]))"
         for r in client.query(q, end):
             v = float(r["value"][1])
-            if math.isnan(v):
+            if math.isnan(v) or bad(_inst(r), signal, v):  # NaN: no samples in the window, not a fault
                 continue
             b = bundle(_inst(r))
             b.add(signal, 0.0, f"{src} start@{at_start}", t=start)
