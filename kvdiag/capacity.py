@@ -157,11 +157,48 @@ class ModelShape:
         return dict(self.state_dims)[name]
 
 
+# Largest integer a config field may hold: beyond 2**53 a JSON number is no longer an exact count.
+MAX_CONFIG_INT = 2**53
+# Upper bounds of the fields that size the KV cache (far beyond any published model; catch 1e18-style typos).
+_FIELD_MAX = {"num_hidden_layers": 100_000, "num_attention_heads": 1_000_000, "num_key_value_heads": 1_000_000,
+              "head_dim": 65_536, "kv_lora_rank": 65_536, "qk_rope_head_dim": 65_536, "hidden_size": 10_000_000,
+              "sliding_window": 1 << 40, "max_position_embeddings": 1 << 40}
+
+
+def check_config_numbers(config: Any) -> None:
+    """Reject numbers no config.json field can mean: NaN, ±Infinity (also ``1e400``, which JSON parsers read as
+    infinity) and integers beyond 2**53 anywhere in the document, and a ``text_config`` that is not an object.
+
+    Walks the document without recursion (any nesting depth).
+
+    Raises:
+        InputError: ``config: field <dotted.path> = <value>: expected a finite number`` (the caller puts the file
+            name in place of ``config``).
+    """
+    stack: list[tuple[str, Any]] = [("", config)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, Mapping):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise InputError(f"config: field {where} = {node!r}: expected a finite number")
+        elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_CONFIG_INT:
+            raise InputError(f"config: field {where} = {'%.3g' % node}: expected a number below 2**53")
+    if isinstance(config, Mapping):
+        text = config.get("text_config")
+        if text is not None and not isinstance(text, Mapping):
+            raise InputError(f"config: field text_config = {type(text).__name__}: expected an object (or null)")
+
+
 def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise InputError("config: expected a JSON object (HF config.json)")
     merged = dict(config)
     text = config.get("text_config")
+    if text is not None and not isinstance(text, Mapping):
+        raise InputError(f"config: field text_config = {type(text).__name__}: expected an object (or null)")
     if isinstance(text, Mapping):
         # Text fields win; top-level fields (torch_dtype, quantization_config) stay as fallback.
         merged.update({k: v for k, v in text.items() if v is not None})
@@ -169,13 +206,22 @@ def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _int_field(
-    cfg: Mapping[str, Any], *names: str, required: bool = True, purpose: str = "the KV-cache size"
+    cfg: Mapping[str, Any], *names: str, required: bool = True, purpose: str = "the KV-cache size",
+    zero_ok: bool = False,
 ) -> int | None:
+    """The first of ``names`` present in ``cfg`` as an int: finite, whole, positive (or 0 with ``zero_ok``) and
+    at most the field's bound; else InputError naming the field."""
     for name in names:
         if name in cfg and cfg[name] is not None:
             value = cfg[name]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value != int(value):
                 raise InputError(f"config: field {name} = {value!r}: expected an integer")
+            hi = _FIELD_MAX.get(names[0], MAX_CONFIG_INT)
+            if not (0 <= value if zero_ok else 0 < value) or value > hi:
+                raise InputError(f"config: field {name} = {'%.6g' % value}: expected a "
+                                 f"{'non-negative' if zero_ok else 'positive'} integer"
+                                 + (f" up to {hi:,}" if value > 0 else ""))
             return int(value)
     if required:
         raise InputError(f"config: missing field {names[0]} (needed for {purpose})")
@@ -208,6 +254,8 @@ def _layer_kinds(cfg: Mapping[str, Any], num_layers: int, notes: list[str]) -> t
     window = cfg.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
         raise InputError(f"config: field sliding_window = {window!r}: expected an integer or null")
+    if window is not None and not 0 < window <= _FIELD_MAX["sliding_window"]:
+        raise InputError(f"config: field sliding_window = {window}: expected a positive integer or null")
 
     # 1. Explicit per-layer list (transformers >= 4.5x: gpt-oss, Gemma 3, Qwen3-Next, ...).
     layer_types = cfg.get("layer_types")
@@ -401,7 +449,7 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     if kv_lora_rank is not None:
         attention_kind = "mla"
         kv_lora_rank = _int_field(cfg, "kv_lora_rank")
-        rope = _int_field(cfg, "qk_rope_head_dim")
+        rope = _int_field(cfg, "qk_rope_head_dim", zero_ok=True)
         kv_heads = 1
         head_dim = kv_lora_rank + rope
     elif has_attention:
@@ -420,6 +468,9 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
             if hidden is None or n_heads is None:
                 raise InputError("config: missing field head_dim (and no hidden_size / num_attention_heads to derive it)")
             head_dim = hidden // n_heads
+            if head_dim <= 0:
+                raise InputError(f"config: hidden_size {hidden} / num_attention_heads {n_heads} = {head_dim}: "
+                                 "expected a positive head_dim")
     else:
         attention_kind, kv_heads, head_dim, rope = "none", 0, 0, None
 
@@ -1677,8 +1728,8 @@ def parameter_count(config: Mapping[str, Any]) -> dict[str, int]:
 
     if shape.attention_kind == "mla":
         rope = shape.qk_rope_head_dim or 0
-        nope = _int_field(cfg, "qk_nope_head_dim", required=False)
-        v_dim = _int_field(cfg, "v_head_dim", required=False)
+        nope = _int_field(cfg, "qk_nope_head_dim", required=False, zero_ok=True)
+        v_dim = _int_field(cfg, "v_head_dim", required=False, zero_ok=True)
         if nope is None:
             nope = 128
         if v_dim is None:
@@ -1698,8 +1749,8 @@ def parameter_count(config: Mapping[str, Any]) -> dict[str, int]:
         if cfg.get("attention_bias") or str(cfg.get("model_type", "")) in ("qwen", "qwen2", "qwen2_moe"):
             attn += q_out + 2 * kv_out
 
-    n_experts = _int_field(cfg, "num_experts", "num_local_experts", "n_routed_experts", required=False)
-    moe_i = _int_field(cfg, "moe_intermediate_size", required=False)
+    n_experts = _int_field(cfg, "num_experts", "num_local_experts", "n_routed_experts", required=False, zero_ok=True)
+    moe_i = _int_field(cfg, "moe_intermediate_size", required=False, zero_ok=True)
     dense_i = _int_field(cfg, "intermediate_size", "ffn_hidden_size", required=False)
     attn_layers = shape.num_attention_layers
     state_layers = shape.num_state_layers
@@ -1708,9 +1759,9 @@ def parameter_count(config: Mapping[str, Any]) -> dict[str, int]:
     if n_experts:
         if moe_i is None:
             raise InputError("config: missing field moe_intermediate_size (MoE model)")
-        first_dense = _int_field(cfg, "first_k_dense_replace", required=False) or 0
-        n_shared = _int_field(cfg, "n_shared_experts", required=False) or 0
-        shared_i = _int_field(cfg, "shared_expert_intermediate_size", required=False) or n_shared * moe_i
+        first_dense = _int_field(cfg, "first_k_dense_replace", required=False, zero_ok=True) or 0
+        n_shared = _int_field(cfg, "n_shared_experts", required=False, zero_ok=True) or 0
+        shared_i = _int_field(cfg, "shared_expert_intermediate_size", required=False, zero_ok=True) or n_shared * moe_i
         moe_layers = layers - first_dense
         experts = moe_layers * (n_experts * 3 * h * moe_i + h * n_experts + 3 * h * shared_i)
         if first_dense:

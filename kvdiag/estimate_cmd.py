@@ -7,6 +7,7 @@ in :mod:`kvdiag.capacity`; this module reads the file, checks option combination
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,30 @@ from kvdiag import capacity as cap
 from kvdiag.errors import InputError
 
 _KV_DTYPES = click.Choice(list(cap.KV_CACHE_DTYPES), case_sensitive=False)
+
+
+class _Finite(click.ParamType):
+    """A finite float in ``[lo, hi]`` (``nan``, ``inf`` and ``1e308`` are refused naming the option)."""
+
+    name = "number"
+
+    def __init__(self, lo: float, hi: float, unit: str = "") -> None:
+        self.lo, self.hi, self.unit = lo, hi, unit
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r}: expected a number{self.unit}", param, ctx)
+        if not math.isfinite(x) or not self.lo <= x <= self.hi:
+            self.fail(f"{value!r}: expected a finite number from {self.lo:,g} to {self.hi:,g}{self.unit}", param, ctx)
+        return x
+
+
+GIB_OPTION = _Finite(0, 1 << 20, " GiB")          # up to 1 PiB per GPU
+MAX_PARALLEL = 4096                               # GPUs in one tensor / pipeline group
+MAX_BLOCK_SIZE = 4096                             # tokens per KV block (vLLM: 1..128 by hand, hybrids raise it)
+MAX_TOKENS = 1 << 31
 
 
 def _load_config(path: str) -> dict[str, Any]:
@@ -28,8 +53,14 @@ def _load_config(path: str) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}): expected a HF config.json object") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply: expected a HF config.json object") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: top level is {type(data).__name__}: expected a HF config.json object")
+    try:
+        cap.check_config_numbers(data)
+    except InputError as exc:
+        raise _relabel(exc, path) from None
     return data
 
 
@@ -45,20 +76,20 @@ def _relabel(exc: InputError, path: str) -> InputError:
               help="Hugging Face config.json of the model.")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, type=_KV_DTYPES,
               help="vLLM --kv-cache-dtype (auto = model dtype).")
-@click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--pipeline-parallel-size", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--block-size", default=None, type=click.IntRange(min=1),
+@click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL))
+@click.option("--pipeline-parallel-size", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL))
+@click.option("--block-size", default=None, type=click.IntRange(1, MAX_BLOCK_SIZE),
               help="vLLM --block-size, tokens (default 16; raised for hybrid Mamba models).")
-@click.option("--max-model-len", default=None, type=click.IntRange(min=1),
+@click.option("--max-model-len", default=None, type=click.IntRange(1, MAX_TOKENS),
               help="Tokens per request (default: the config's max_position_embeddings).")
-@click.option("--max-num-batched-tokens", default=None, type=click.IntRange(min=1),
+@click.option("--max-num-batched-tokens", default=None, type=click.IntRange(1, MAX_TOKENS),
               help=f"Scheduler token budget (default {cap.DEFAULT_MAX_NUM_BATCHED_TOKENS}); sizes sliding windows.")
 @click.option("--vllm-version", default=None, help="vLLM version, e.g. 0.11.0; selects what the log prints.")
-@click.option("--kv-cache-memory", "kv_cache_memory", default=None, type=float,
+@click.option("--kv-cache-memory", "kv_cache_memory", default=None, type=GIB_OPTION,
               help="vLLM's 'Available KV cache memory' of one worker, GiB.")
-@click.option("--gpu-memory", "gpu_memory", default=None, type=float,
+@click.option("--gpu-memory", "gpu_memory", default=None, type=GIB_OPTION,
               help="Total memory of one GPU, GiB (KV memory is then estimated).")
-@click.option("--gpu-memory-utilization", default=None, type=float,
+@click.option("--gpu-memory-utilization", default=None, type=_Finite(0, 1),
               help="vLLM --gpu-memory-utilization (with --gpu-memory; default 0.9, 0.92 from 0.24).")
 @click.option("--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]))
 def estimate(
@@ -109,6 +140,9 @@ def estimate(
 
     if max_model_len is None:
         mpe = _text(config).get("max_position_embeddings")
+        if mpe is not None and (isinstance(mpe, bool) or not isinstance(mpe, int) or mpe <= 0):
+            raise InputError(f"{model_config}: field max_position_embeddings = {mpe!r}: expected a positive integer "
+                             "(or give --max-model-len)")
         if isinstance(mpe, int) and mpe > 0:
             max_model_len = mpe
             notes.append(f"max_model_len not given: using max_position_embeddings {mpe}")
