@@ -86,7 +86,8 @@ def _source_options(f):
                      callback=_finite,
                      metavar="R", help="gpu_memory_utilization of the deployment (when the inputs do not say)."),
         click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files."),
-        click.option("--year", type=int, default=None, help="Year of log timestamps (vLLM prints none)."),
+        click.option("--year", type=click.IntRange(1970, 2100), default=None,
+                     help="Year of log timestamps (vLLM prints none), 1970..2100."),
     ]
     for option in reversed(options):
         f = option(f)
