@@ -19,6 +19,7 @@ A case file (``rules/<class>/cases/<ID>.yaml``)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import math
 from pathlib import Path
 import re
 
@@ -27,26 +28,33 @@ import yaml
 from ..bundle import Bundle
 from ..errors import RuleFileError
 from ..signals import SIGNALS
-from .model import parse_duration
+from .model import parse_duration, yaml_files
 
 _TERM = re.compile(r"^(?P<a>_|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
                    r"(?:(?P<sign>[-+])(?P<b>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?))?(?:x(?P<n>\d+))?$")
 OUTCOMES = ("fires", "quiet", "unknown")
 T0 = 1_700_000_000.0
+MAX_SAMPLES = 10_000  # per series of a case (a day at 15 s is 5 760)
+MAX_INTERVAL = 86_400.0  # seconds between a case's samples
 
 
 def expand_series(text: str) -> list[float | None]:
     """Expand promtool series notation into samples (``None`` = missing).
 
     Raises:
-        ValueError: a term is not ``a``, ``axn``, ``a+bxn``, ``a-bxn``, ``_`` or ``_xn``.
+        ValueError: a term is not ``a``, ``axn``, ``a+bxn``, ``a-bxn``, ``_`` or ``_xn``; a value is not
+            finite; or the series would have more than ``MAX_SAMPLES`` samples (checked before expanding).
     """
     out: list[float | None] = []
     for term in str(text).split():
         m = _TERM.match(term)
         if not m:
-            raise ValueError(f"series term {term!r} is not promtool notation (a, axn, a+bxn, _)")
-        n = int(m.group("n")) if m.group("n") else 0
+            raise ValueError(f"series term {term[:40]!r} is not promtool notation (a, axn, a+bxn, _)")
+        digits = m.group("n") or "0"
+        if len(digits) > 6 or len(out) + int(digits) + 1 > MAX_SAMPLES:
+            raise ValueError(f"series term {term[:40]!r}: count too large (a series holds at most "
+                             f"{MAX_SAMPLES:,} samples)")
+        n = int(digits)
         if m.group("a") == "_":
             if m.group("b"):
                 raise ValueError(f"series term {term!r}: '_' takes no increment")
@@ -56,7 +64,59 @@ def expand_series(text: str) -> list[float | None]:
         b = float(m.group("b") or 0) * (-1 if m.group("sign") == "-" else 1)
         if m.group("b") and not m.group("n"):
             raise ValueError(f"series term {term!r}: an increment needs a count (a+bxn)")
+        if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(a + n * b)):
+            raise ValueError(f"series term {term[:40]!r}: values must be finite numbers")
         out += [a + i * b for i in range(n + 1)]
+    return out
+
+
+def _number(value, where: str) -> float:
+    """A finite number from a case file (``bool`` is not one; a numeric string like ``1.0e9``, which YAML 1.1
+    reads as text, is)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{where}: {str(value)[:40]!r} is not a number")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise ValueError(f"{where}: number too large") from None
+    except ValueError:
+        raise ValueError(f"{where}: {str(value)[:40]!r} is not a number") from None
+    if not math.isfinite(out):
+        raise ValueError(f"{where}: {value!r} is not a finite number")
+    return out
+
+
+def _facts(raw) -> dict[str, float | str]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"facts must be a mapping of signal: number or text, got {str(raw)[:40]!r}")
+    out: dict[str, float | str] = {}
+    for sig, value in raw.items():
+        if sig not in SIGNALS:
+            raise ValueError(f"unknown signal {sig!r} in facts")
+        out[sig] = value if isinstance(value, str) else _number(value, f"facts.{sig}")
+    return out
+
+
+def _events(raw) -> dict[str, list[dict]]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"events must be a mapping of signal: list of {{value, text}}, got {str(raw)[:40]!r}")
+    out: dict[str, list[dict]] = {}
+    for sig, items in raw.items():
+        if sig not in SIGNALS:
+            raise ValueError(f"unknown signal {sig!r} in events")
+        if not isinstance(items, list) or not all(isinstance(ev, dict) for ev in items):
+            raise ValueError(f"events.{sig} must be a list of {{value: number, text: string}}, "
+                             f"got {str(items)[:40]!r}")
+        evs = []
+        for i, ev in enumerate(items):
+            unknown = set(ev) - {"value", "text"}
+            if unknown:
+                raise ValueError(f"events.{sig}[{i}]: unknown key(s) {sorted(map(str, unknown))}; expected value, text")
+            text = ev.get("text", "")
+            if not isinstance(text, (str, int, float)) or isinstance(text, bool):
+                raise ValueError(f"events.{sig}[{i}].text must be a string")
+            evs.append({"value": _number(ev.get("value", 1), f"events.{sig}[{i}].value"), "text": str(text)})
+        out[sig] = evs
     return out
 
 
@@ -108,14 +168,22 @@ def load_cases(path: str | Path) -> list[Case]:
     path = str(path)
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RuleFileError(f"{path}: not UTF-8 text (byte {exc.start}); expected a YAML case file") from None
+    except RecursionError:
+        raise RuleFileError(f"{path}: YAML nested too deeply") from None
     except (OSError, yaml.YAMLError) as exc:
         raise RuleFileError(f"{path}: cannot read case file: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict) or "rule" not in raw or not isinstance(raw.get("cases"), dict):
         raise RuleFileError(f"{path}: a case file needs 'rule' and a 'cases' mapping")
+    if not isinstance(raw["rule"], str):
+        raise RuleFileError(f"{path}: rule must be a rule id string like CAP001, got {str(raw['rule'])[:40]!r}")
     try:
         interval = parse_duration(raw.get("interval", "15s"))
     except ValueError as exc:
-        raise RuleFileError(f"{path}: {exc}") from None
+        raise RuleFileError(f"{path}: interval: {exc}") from None
+    if not 0 < interval <= MAX_INTERVAL:
+        raise RuleFileError(f"{path}: interval: must be more than 0s and at most 24h, got {raw.get('interval')!r}")
     out = []
     for name, c in raw["cases"].items():
         if not isinstance(c, dict):
@@ -127,19 +195,26 @@ def load_cases(path: str | Path) -> list[Case]:
         if expect not in OUTCOMES:
             raise RuleFileError(f"{path}: case {name}: expect must be fires, quiet or unknown")
         series = {}
-        for sig, text in (c.get("series") or {}).items():
+        raw_series = c.get("series") or {}
+        if not isinstance(raw_series, dict):
+            raise RuleFileError(f"{path}: case {name}: series must be a mapping of signal: 'promtool series', "
+                                f"got {str(raw_series)[:40]!r}")
+        for sig, text in raw_series.items():
             if sig not in SIGNALS:
                 raise RuleFileError(f"{path}: case {name}: unknown signal {sig!r}")
+            if not isinstance(text, (str, int, float)) or isinstance(text, bool):
+                raise RuleFileError(f"{path}: case {name}: series {sig}: expected a string like '0.5x10', "
+                                    f"got {str(text)[:40]!r}")
             try:
                 series[sig] = expand_series(text)
             except ValueError as exc:
-                raise RuleFileError(f"{path}: case {name}: {exc}") from None
-        for key in ("facts", "events"):
-            for sig in (c.get(key) or {}):
-                if sig not in SIGNALS:
-                    raise RuleFileError(f"{path}: case {name}: unknown signal {sig!r} in {key}")
-        out.append(Case(str(raw["rule"]), str(name), interval, series, dict(c.get("facts") or {}),
-                        {k: list(v) for k, v in (c.get("events") or {}).items()}, expect, path))
+                raise RuleFileError(f"{path}: case {name}: series {sig}: {exc}") from None
+        try:
+            facts = _facts(c.get("facts") or {})
+            events = _events(c.get("events") or {})
+        except ValueError as exc:
+            raise RuleFileError(f"{path}: case {name}: {exc}") from None
+        out.append(Case(raw["rule"], str(name), interval, series, facts, events, expect, path))
     return out
 
 
@@ -147,7 +222,5 @@ def find_case_files(dirs: list[Path]) -> list[Path]:
     """Every ``cases/*.yaml`` under the given folders (rules folders or a folder of case files)."""
     files: list[Path] = []
     for d in dirs:
-        if not d.is_dir():
-            raise RuleFileError(f"{d}: cases folder not found")
-        files += sorted(p for p in d.rglob("*.yaml") if p.parent.name == "cases" or d.name == "cases")
+        files += [p for p in yaml_files(d, "cases") if p.parent.name == "cases" or Path(d).name == "cases"]
     return sorted(set(files))

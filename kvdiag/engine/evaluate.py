@@ -18,7 +18,7 @@ import pandas as pd
 from ..bundle import Bundle
 from ..derive import increase
 from ..signals import SIGNALS
-from .model import Condition, Node, Rule
+from .model import Condition, Node, Rule, spec_ok
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
         "!=": operator.ne}
@@ -219,7 +219,8 @@ def render(template: str, bundle: Bundle, params: dict, strict: bool = False) ->
     Units follow the format spec: ``%`` for ratios, ``,.0f`` for tokens, ``gib`` (a kvdiag spec)
     prints bytes as GiB with two decimals. A field without data prints ``n/a``; with
     ``strict=True`` the whole template is dropped instead (returns ``None``), so a remedy never
-    shows a number kvdiag does not have.
+    shows a number kvdiag does not have. A format spec that ``model.spec_ok`` refuses (unknown letters,
+    width or precision above 64) prints the plain value, so rendering never builds a huge string.
     """
     missing = False
 
@@ -248,6 +249,8 @@ def render(template: str, bundle: Bundle, params: dict, strict: bool = False) ->
                 return "n/a"
         if spec == "gib":
             return f"{float(val) / 2**30:.2f} GiB"
+        if not spec_ok(spec):  # the loader rejects these; never let a template ask for a huge width
+            return str(val)
         try:
             return format(val, spec)
         except (ValueError, TypeError):

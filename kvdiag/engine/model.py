@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+import math
+import os
 import re
 
 import yaml
@@ -27,6 +29,14 @@ _RULE_KEYS = {"id", "name", "class", "title", "severity", "priority", "confidenc
               "when", "message", "quiet", "evidence", "remedy", "doc", "references"}
 _DOC_KEYS = ("meaning", "impact", "diagnosis", "false_positives", "remedy")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+_ID = re.compile(r"^[A-Z][A-Z0-9_-]{0,31}$")
+PRIORITY_RANGE = (0, 1000)
+MAX_DEPTH = 32  # nesting of all/any/not in a `when:` tree
+MAX_SPEC_NUMBER = 64  # largest width or precision a template's format spec may ask for
+# a template field: {param}, {param:spec}, {signal.agg}, {signal.agg:spec}, {signal.text}
+FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z0-9]+))?(?::([^{}]*))?\}")
+# the small part of Python's format-spec mini-language templates need: [[fill]align][sign][0][width][,|_][.prec][type]
+_SPEC = re.compile(r"^(?:[^{}]?[<>=^])?[-+ ]?0?(?P<width>\d+)?[,_]?(?:\.(?P<prec>\d+))?[eEfFgGn%ds]?$")
 
 
 def parse_duration(text: str) -> float:
@@ -92,17 +102,73 @@ def _err(path: str, msg: str) -> RuleFileError:
     return RuleFileError(f"{path}: {msg}")
 
 
-def _parse_node(raw, path: str, params: dict) -> Node:
+def spec_ok(spec: str) -> bool:
+    """Whether ``spec`` is a template format spec kvdiag accepts: ``gib``, or a Python format spec made of
+    fill/align, sign, ``0``, width, ``,``/``_``, precision and one of ``eEfFgGn%ds``, with width and precision
+    at most ``MAX_SPEC_NUMBER`` (so rendering never builds a huge string)."""
+    if spec in ("", "gib"):
+        return True
+    m = _SPEC.match(spec)
+    if not m:
+        return False
+    return all(int(m.group(g) or 0) <= MAX_SPEC_NUMBER for g in ("width", "prec"))
+
+
+def check_template(template: str, path: str, key: str, params: dict) -> None:
+    """Check every ``{...}`` field of a message/quiet/remedy template.
+
+    Raises:
+        RuleFileError: a field names an unknown signal, agg or param, has a format spec that is not small and
+            valid (``spec_ok``), or a brace is not part of a ``{signal.agg:spec}`` / ``{param}`` field.
+    """
+    for m in FIELD.finditer(template):
+        name, agg, spec = m.group(1), m.group(2), m.group(3) or ""
+        if agg is None:
+            if name not in params:
+                raise _err(path, f"{key}: field {m.group(0)!r} names no param (params: "
+                                 f"{', '.join(sorted(params)) or 'none'}); a signal needs an agg, e.g. "
+                                 f"{{{name}.max}}")
+        else:
+            if name not in SIGNALS:
+                raise _err(path, f"{key}: field {m.group(0)!r}: unknown signal {name!r}")
+            if agg not in AGGS + ("text",):
+                raise _err(path, f"{key}: field {m.group(0)!r}: unknown agg {agg!r}; expected one of "
+                                 f"{', '.join(AGGS + ('text',))}")
+        if not spec_ok(spec):
+            raise _err(path, f"{key}: field {m.group(0)!r}: format spec {spec!r} is not a small valid one "
+                             f"(e.g. .1%, ,.0f, .2f, gib; width and precision at most {MAX_SPEC_NUMBER})")
+    rest = FIELD.sub("", template)
+    if "{" in rest or "}" in rest:
+        bad = rest[max(0, rest.find("{" if "{" in rest else "}") - 20):][:40]
+        raise _err(path, f"{key}: a brace that is not a {{signal.agg:spec}} or {{param}} field near {bad!r}")
+
+
+def _finite(value, path: str, what: str) -> float:
+    """``value`` as a finite float (``bool`` is not a number here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _err(path, f"{what} {value!r} is not a number")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise _err(path, f"{what} is too large to be a number") from None
+    if not math.isfinite(out):
+        raise _err(path, f"{what} {value!r} is not a finite number")
+    return out
+
+
+def _parse_node(raw, path: str, params: dict, depth: int = 0) -> Node:
+    if depth > MAX_DEPTH:
+        raise _err(path, f"when: conditions nested deeper than {MAX_DEPTH} levels of all/any/not")
     if not isinstance(raw, dict) or len(raw) == 0:
-        raise _err(path, f"condition must be a mapping, got {raw!r}")
+        raise _err(path, f"condition must be a mapping, got {str(raw)[:80]!r}")
     if set(raw) == {"all"} or set(raw) == {"any"}:
         kind = next(iter(raw))
         items = raw[kind]
         if not isinstance(items, list) or not items:
             raise _err(path, f"'{kind}' needs a non-empty list")
-        return Node(kind, tuple(_parse_node(i, path, params) for i in items))
+        return Node(kind, tuple(_parse_node(i, path, params, depth + 1) for i in items))
     if set(raw) == {"not"}:
-        return Node("not", (_parse_node(raw["not"], path, params),))
+        return Node("not", (_parse_node(raw["not"], path, params, depth + 1),))
     unknown = set(raw) - {"signal", "agg", "op", "value", "text_in", "for", "if_missing"}
     if unknown:
         raise _err(path, f"unknown condition key(s) {sorted(unknown)}; expected signal, agg, op, value, text_in, "
@@ -111,10 +177,10 @@ def _parse_node(raw, path: str, params: dict) -> Node:
     if if_missing not in (None, True, False):
         raise _err(path, f"if_missing must be true or false, got {if_missing!r}")
     sig = raw.get("signal")
-    if sig not in SIGNALS:
+    if not isinstance(sig, str) or sig not in SIGNALS:
         raise _err(path, f"unknown signal {sig!r} in condition")
     agg = raw.get("agg", "last")
-    if agg not in AGGS:
+    if not isinstance(agg, str) or agg not in AGGS:
         raise _err(path, f"unknown agg {agg!r}; expected one of {', '.join(AGGS)}")
     op = str(raw.get("op", ">"))
     if op not in OPS:
@@ -125,10 +191,7 @@ def _parse_node(raw, path: str, params: dict) -> Node:
         if key not in params:
             raise _err(path, f"condition uses ${key} but params has no {key}")
         value = params[key]
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise _err(path, f"condition value {value!r} is not a number") from None
+    value = _finite(value, path, f"condition value on {sig}")
     for_s = raw.get("for")
     if isinstance(for_s, str) and for_s.startswith("$"):
         for_s = params.get(for_s[1:])
@@ -137,7 +200,7 @@ def _parse_node(raw, path: str, params: dict) -> Node:
     except ValueError as exc:
         raise _err(path, str(exc)) from None
     text_in = raw.get("text_in") or []
-    if not isinstance(text_in, list):
+    if not isinstance(text_in, list) or not all(isinstance(x, str) for x in text_in):
         raise _err(path, "text_in must be a list of strings")
     return Node("cond", cond=Condition(sig, agg, op, value, tuple(str(x) for x in text_in), for_seconds, if_missing))
 
@@ -151,6 +214,15 @@ def _alternatives(raw, path: str, key: str) -> list[str]:
     raise _err(path, f"{key} must be a string or a list of alternative strings")
 
 
+def _str_list(raw, path: str, key: str) -> list[str]:
+    """An optional list of strings (``None`` = empty)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        raise _err(path, f"{key} must be a list of strings, got {str(raw)[:80]!r}")
+    return list(raw)
+
+
 def load_rule(path: str | Path, text: str | None = None) -> Rule:
     """Load and check one rule file.
 
@@ -162,6 +234,10 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
         raw = yaml.safe_load(text if text is not None else Path(path).read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise _err(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
+    except UnicodeDecodeError as exc:
+        raise _err(path, f"not UTF-8 text (byte {exc.start}); expected a YAML rule file") from None
+    except RecursionError:
+        raise _err(path, "YAML nested too deeply") from None
     except OSError as exc:
         raise _err(path, f"cannot read: {exc.strerror}") from None
     if not isinstance(raw, dict):
@@ -172,6 +248,17 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
     for key in ("id", "name", "class", "title", "severity", "when", "message", "doc"):
         if key not in raw:
             raise _err(path, f"missing required key '{key}'")
+    if not isinstance(raw["id"], str) or not _ID.match(raw["id"]):
+        raise _err(path, f"id must be a string like CAP001 (capital letter, then A-Z 0-9 _ -, at most 32), "
+                         f"got {str(raw['id'])[:40]!r}")
+    for key in ("name", "title"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            raise _err(path, f"{key} must be a non-empty string")
+    priority = raw.get("priority", 50)
+    if isinstance(priority, bool) or not isinstance(priority, int) \
+            or not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise _err(path, f"priority must be a whole number {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}, "
+                         f"got {str(priority)[:40]!r}")
     if raw["class"] not in CLASSES:
         raise _err(path, f"unknown class {raw['class']!r}")
     allowed = SEVERITIES if raw["class"] == "healthy" else SEVERITIES[1:]
@@ -181,33 +268,49 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
     if confidence not in CONFIDENCES:
         raise _err(path, f"confidence must be low, medium or high, got {confidence!r}")
     params = raw.get("params") or {}
+    if not isinstance(params, dict):
+        raise _err(path, "params must be a mapping of name: number")
+    for k, v in params.items():
+        if not isinstance(k, str):
+            raise _err(path, f"params: key {k!r} is not a name")
+        if not isinstance(v, str):
+            _finite(v, path, f"params.{k}")
     requires: list[tuple[str, ...]] = []
-    for item in raw.get("requires") or []:
+    raw_requires = raw.get("requires") or []
+    if not isinstance(raw_requires, list):
+        raise _err(path, f"requires must be a list of signal names (or lists of them), got {raw_requires!r}")
+    for item in raw_requires:
         group = tuple(item) if isinstance(item, list) else (item,)
         for s in group:
-            if s not in SIGNALS:
-                raise _err(path, f"unknown signal {s!r} in requires")
+            if not isinstance(s, str) or s not in SIGNALS:
+                raise _err(path, f"unknown signal {str(s)[:40]!r} in requires")
         requires.append(group)
-    uses = list(raw.get("uses") or [])
+    uses = _str_list(raw.get("uses"), path, "uses")
     for s in uses:
         if s not in SIGNALS:
             raise _err(path, f"unknown signal {s!r} in uses")
     doc = raw["doc"]
     if not isinstance(doc, dict) or any(not doc.get(k) for k in _DOC_KEYS):
         raise _err(path, f"doc must give {', '.join(_DOC_KEYS)}")
-    evidence = list(raw.get("evidence") or [])
+    evidence = _str_list(raw.get("evidence"), path, "evidence")
     for item in evidence:
         sig = str(item).split(".")[0]
         if sig not in SIGNALS:
             raise _err(path, f"unknown signal {sig!r} in evidence")
-    return Rule(id=str(raw["id"]), name=str(raw["name"]), cls=raw["class"], title=str(raw["title"]),
-                severity=raw["severity"], priority=int(raw.get("priority", 50)), confidence=confidence,
+    raw_remedy = raw.get("remedy") or []
+    if not isinstance(raw_remedy, list):
+        raise _err(path, "remedy must be a list (one item per fix, each a template or a list of alternatives)")
+    message = _alternatives(raw["message"], path, "message")
+    quiet = _alternatives(raw.get("quiet") or f"Not firing: {raw['title']}", path, "quiet")
+    remedy = [_alternatives(r, path, f"remedy[{i}]") for i, r in enumerate(raw_remedy)]
+    for key, alts in [("message", message), ("quiet", quiet)] + [(f"remedy[{i}]", a) for i, a in enumerate(remedy)]:
+        for template in alts:
+            check_template(template, path, key, params)
+    return Rule(id=raw["id"], name=raw["name"], cls=raw["class"], title=raw["title"],
+                severity=raw["severity"], priority=priority, confidence=confidence,
                 requires=requires, uses=uses, params=params, when=_parse_node(raw["when"], path, params),
-                message=_alternatives(raw["message"], path, "message"),
-                quiet=_alternatives(raw.get("quiet") or f"Not firing: {raw['title']}", path, "quiet"),
-                evidence=evidence,
-                remedy=[_alternatives(r, path, "remedy") for r in raw.get("remedy") or []],
-                doc=doc, references=list(raw.get("references") or []), path=path)
+                message=message, quiet=quiet, evidence=evidence, remedy=remedy,
+                doc=doc, references=_str_list(raw.get("references"), path, "references"), path=path)
 
 
 def builtin_rules_dir() -> Path:
@@ -221,6 +324,27 @@ def builtin_rules_dir() -> Path:
     return Path(__file__).resolve().parent.parent.parent / "rules"
 
 
+def yaml_files(folder: Path, what: str = "rules") -> list[Path]:
+    """Every ``*.yaml`` under ``folder`` (recursively, sorted).
+
+    Raises:
+        RuleFileError: ``folder`` is missing, is a file, or it or a folder inside cannot be read.
+    """
+    folder = Path(folder)
+    if not folder.exists():
+        raise RuleFileError(f"{folder}: {what} folder not found")
+    if not folder.is_dir():
+        raise RuleFileError(f"{folder}: is a file, expected a folder of {what.rstrip('s')} files (*.yaml)")
+
+    def fail(exc: OSError) -> None:
+        raise RuleFileError(f"{exc.filename or folder}: cannot read {what} folder: {exc.strerror}")
+
+    out: list[Path] = []
+    for root, _dirs, files in os.walk(folder, onerror=fail):
+        out += [Path(root) / f for f in files if f.endswith(".yaml")]
+    return sorted(out)
+
+
 def load_rules(extra_dirs: list[str] | None = None) -> list[Rule]:
     """Load the shipped rules plus any user rule folders (``*.yaml`` found recursively).
 
@@ -231,9 +355,7 @@ def load_rules(extra_dirs: list[str] | None = None) -> list[Rule]:
     rules: list[Rule] = []
     seen: dict[str, str] = {}
     for d in dirs:
-        if not d.is_dir():
-            raise RuleFileError(f"{d}: rules folder not found")
-        for path in sorted(d.rglob("*.yaml")):
+        for path in yaml_files(d, "rules"):
             if path.parent.name == "cases" or path.name.startswith("_"):
                 continue
             rule = load_rule(path)
