@@ -375,7 +375,7 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
 
     from .engine.cases import find_case_files, load_cases
     from .engine.model import builtin_rules_dir
-    from .export import export_prometheus, promtool_tests
+    from .export import export_prometheus, promtool_tests, write_output
 
     try:
         parse_duration(for_)
@@ -387,20 +387,28 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
         win = f"{int(window // 60)}m"
     else:
         win = f"{int(window)}s" if float(window).is_integer() else f"{int(window * 1000)}ms"
+    # build everything, then check and write the files, and only then print: an error leaves no half output
+    for option, target in (("--out", out), ("--tests", tests_out)):
+        if target and Path(target).is_dir():
+            raise click.BadParameter(f"{target}: is a folder, expected a file path", param_hint=option)
+        if target and not Path(target).parent.is_dir():
+            raise click.BadParameter(f"{target}: folder {Path(target).parent} does not exist", param_hint=option)
     loaded = load_rules(list(rules_dirs))
     text = export_prometheus(loaded, window=win, for_=for_)
-    if out:
-        Path(out).write_text(text, encoding="utf-8")
-    else:
-        click.echo(text, nl=False)
+    body, notes = None, []
     if tests_out:
         dirs = [builtin_rules_dir()] + [Path(d) for d in rules_dirs]
         cases = [c for f in find_case_files(dirs) for c in load_cases(f)]
         rule_file = str(Path(out).resolve()) if out else "kvdiag-rules.yml"
         body, notes = promtool_tests(loaded, cases, rule_file, window=win, for_=for_)
-        Path(tests_out).write_text(body, encoding="utf-8")
-        for note in notes:
-            click.echo(f"kvdiag: {note}", err=True)
+    if out:
+        write_output(out, text, "--out")
+    if tests_out:
+        write_output(tests_out, body, "--tests")
+    if not out:
+        click.echo(text, nl=False)
+    for note in notes:
+        click.echo(f"kvdiag: {note}", err=True)
 
 
 @rules.command("test")

@@ -15,9 +15,15 @@ where kvdiag would say *unknown*, Prometheus stays quiet.
 
 from __future__ import annotations
 
+import math
+import os
+from pathlib import Path
+import tempfile
+
 import yaml
 
 from .engine.model import Node, Rule
+from .errors import InputError
 from .signals import METRIC_TO_SIGNAL, SIGNALS
 
 _AGG_FN = {"max": "max_over_time", "min": "min_over_time", "mean": "avg_over_time", "last": "last_over_time",
@@ -44,7 +50,45 @@ def metric_names(signal: str) -> list[str]:
 
 
 def _fmt(value: float) -> str:
+    if not math.isfinite(value):  # the loader rejects these; never write `nan`/`inf` into PromQL
+        raise NotExportable(f"threshold {value} is not a finite number")
     return f"{value:g}"
+
+
+def write_output(path: str, text: str, option: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file in the same folder, then renamed).
+
+    Raises:
+        InputError: ``path`` is a folder, its folder is missing, or it cannot be written
+            (``option: path: what was expected``).
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"{option} {path}: is a folder, expected a file path")
+    folder = target.parent
+    if not folder.is_dir():
+        raise InputError(f"{option} {path}: folder {folder} does not exist")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def condition_expr(node: Node, window: str) -> str:

@@ -210,3 +210,48 @@ def test_unreadable_rules_folder_is_an_error(tmp_path):
         (d / "sub").chmod(0o755)
     assert proc.returncode == 3, (proc.stdout, proc.stderr)
     assert proc.stderr.strip() == f"kvdiag: error: {d / 'sub'}: cannot read rules folder: Permission denied"
+
+
+@pytest.mark.parametrize("opt, where, needle", [
+    ("--out", "DIR", "is a folder"),
+    ("--tests", "DIR", "is a folder"),
+    ("--tests", "DIR/missing/t.yml", "does not exist"),
+    ("--out", "DIR/missing/r.yml", "does not exist"),
+])
+def test_export_bad_destination_writes_nothing(kvdiag, tmp_path, opt, where, needle):
+    target = where.replace("DIR", str(tmp_path))
+    res = kvdiag("rules", "export", opt, target)
+    _one_line(res, opt, needle)
+    assert res.out == ""  # nothing printed to stdout before the error
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.skipif(not shutil.which("setpriv") and os.geteuid() == 0, reason="root without setpriv: chmod ignored")
+def test_export_unwritable_folder(tmp_path):
+    import subprocess
+    import sys
+
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    prefix = []
+    if os.geteuid() == 0:
+        caps = "-dac_override,-dac_read_search,-fowner"
+        prefix = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]
+    try:
+        proc = subprocess.run(prefix + [sys.executable, "-m", "kvdiag", "rules", "export", "--out", str(d / "x.yml")],
+                              capture_output=True, text=True, timeout=60, cwd=ROOT)
+    finally:
+        d.chmod(0o755)
+    assert proc.returncode == 3 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert proc.stderr.strip() == f"kvdiag: error: --out {d / 'x.yml'}: cannot write: Permission denied"
+    assert os.listdir(d) == []
+
+
+def test_export_never_writes_a_non_finite_threshold():
+    from kvdiag.engine.model import Condition, Node
+    from kvdiag.export import NotExportable, condition_expr
+
+    node = Node("cond", cond=Condition("kv_cache_usage", "max", ">=", float("nan")))
+    with pytest.raises(NotExportable, match="not a finite number"):
+        condition_expr(node, "5m")
