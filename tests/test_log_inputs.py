@@ -151,9 +151,18 @@ def test_compressed_by_magic_not_name(tmp_path):
 
 def test_broken_archive_is_input_error(tmp_path):
     p = tmp_path / "vllm.log.gz"
-    p.write_bytes(gzip.compress(LINE.format(h=1, r=1).encode() * 50)[:60])
-    with pytest.raises(InputError):
+    p.write_bytes(gzip.compress(LINE.format(h=1, r=1).encode() * 50)[:12])   # the header only: nothing decodable
+    with pytest.raises(InputError, match="cannot decompress"):
         read(p)
+
+
+def test_cut_archive_keeps_the_lines_before_the_cut(tmp_path):
+    p = tmp_path / "vllm.log.gz"
+    data = gzip.compress("".join(LINE.format(h=1, r=r) for r in range(50)).encode())
+    p.write_bytes(data[: len(data) * 2 // 3])
+    b, infos = read(p)
+    assert 0 < len(values(b, "num_requests_running")) < 50
+    assert f"truncated after {infos[0].records} lines" in notes(infos[0])
 
 
 def test_stdin(kvdiag, tmp_path):

@@ -25,12 +25,12 @@ newline, is cut there).
 from __future__ import annotations
 
 from contextlib import contextmanager
-import gzip
 import os
 from pathlib import Path
 import re
 import sys
 from typing import BinaryIO, Callable, Iterator
+import zlib
 
 import ahocorasick_rs
 import numpy as np
@@ -42,6 +42,8 @@ MAX_LINE_BYTES = 8 << 20
 MAGIC_GZIP = b"\x1f\x8b"
 MAGIC_ZSTD = b"\x28\xb5\x2f\xfd"
 
+# C0 control bytes that never appear in log text (tab, LF, CR and ESC of colour codes do)
+_CONTROL_BYTES = [bytes([c]) for c in range(32) if c not in (9, 10, 13, 27)]
 # ``docker logs -t`` / CRI timestamp at the start of a physical line
 TS_START = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 CRI_PARTIAL = re.compile(rb"^\d{4}-\d\d-\d\dT\S+\s+(?:stdout|stderr)\s+P\s")
@@ -109,6 +111,59 @@ def redact(text: str) -> str:
 
 # ------------------------------------------------------------------------------------------------
 # Opening and ordering
+class _Inflating:
+    """A readable stream of the decompressed bytes of a gzip or zstandard file (members/frames in a row).
+
+    Hands out every byte that can be decompressed before it says anything is wrong: a stream cut short (a
+    truncated ``.gz`` / ``.zst``, a file still being written) raises ``EOFError`` only once the decodable
+    bytes before the cut were read, so the reader keeps the lines it got.
+
+    Args:
+        raw: the stored (compressed) byte stream.
+        make: returns a fresh decompressor with ``decompress``, ``eof`` and ``unused_data`` (``zlib`` with
+            ``wbits=31`` for gzip, ``zstandard``'s ``decompressobj``).
+        kind: ``"gzip"`` or ``"zstd"`` for messages.
+    """
+
+    CHUNK = 256 << 10
+
+    def __init__(self, raw: BinaryIO, make: Callable[[], object], kind: str) -> None:
+        self._raw, self._make, self.kind = raw, make, kind
+        self._d = make()
+        self._buf = bytearray()
+        self._in_member = False   # input fed to the current decompressor since its start
+        self._ended = False       # the stored stream is exhausted
+
+    def _feed(self, data: bytes) -> None:
+        while data:
+            self._in_member = True
+            self._buf += self._d.decompress(data)
+            if not self._d.eof:
+                return
+            data = self._d.unused_data
+            self._d = self._make()
+            self._in_member = False
+            if data and not data.strip(b"\x00"):
+                return  # zero padding after the last member (gzip tools write it; GzipFile ignores it)
+
+    def readinto(self, view) -> int:
+        want = len(view)
+        while len(self._buf) < want and not self._ended:
+            chunk = self._raw.read(self.CHUNK)
+            if not chunk:
+                self._ended = True
+                break
+            self._feed(chunk)
+        if not self._buf:
+            if self._ended and self._in_member:
+                raise EOFError(f"{self.kind} stream ends before its end-of-stream marker")
+            return 0
+        n = min(want, len(self._buf))
+        view[:n] = self._buf[:n]
+        del self._buf[:n]
+        return n
+
+
 @contextmanager
 def open_log(path: str) -> Iterator[tuple[BinaryIO, Callable[[], int], int | None]]:
     """Open a log for binary streaming, decompressing gzip and zstandard by their magic bytes.
@@ -138,11 +193,11 @@ def open_log(path: str) -> Iterator[tuple[BinaryIO, Callable[[], int], int | Non
     try:
         head = raw.peek(4)[:4] if hasattr(raw, "peek") else b""
         if head.startswith(MAGIC_GZIP):
-            stream = gzip.GzipFile(fileobj=raw, mode="rb")
+            stream = _Inflating(raw, lambda: zlib.decompressobj(wbits=31), "gzip")
         elif head.startswith(MAGIC_ZSTD):
             import zstandard
 
-            stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+            stream = _Inflating(raw, lambda: zstandard.ZstdDecompressor().decompressobj(), "zstd")
         else:
             stream = raw
         position = (lambda: raw.tell()) if size is not None else (lambda: 0)
@@ -202,14 +257,21 @@ class RecordReader:
     Iterating yields ``(lineno, [physical_line, ...])`` with 1-based ``lineno`` of the record's first
     physical line and the lines as bytes without their ``\\n``, in file order.
 
+        truncated: why the stream ended early (a compressed file cut short or corrupt after some lines:
+            the lines before the cut are kept), else ``""``.
+        binary_lines: physical lines holding control bytes (NUL and other C0 codes besides tab, CR,
+            ESC): binary garbage inside a text log, not log text.
+
     Raises:
-        InputError: the stream holds binary data (NUL bytes in most of its first lines) or cannot
-            be decompressed.
+        InputError: the stream holds binary data (NUL bytes in most of its first lines), or cannot
+            be decompressed at all (nothing before the damage).
     """
 
     def __init__(self, needles: list[str], name: str, on_block: Callable[[], None] | None = None) -> None:
         self.name = name
         self.lines = 0
+        self.truncated = ""
+        self.binary_lines = 0
         self.container = ""
         self._mode_known = False
         self._on_block = on_block
@@ -223,10 +285,14 @@ class RecordReader:
         while True:
             try:
                 got = stream.readinto(view[carry:carry + BLOCK_BYTES]) or 0
-            except (OSError, EOFError, ValueError) as exc:
-                raise InputError(f"{self.name}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-            except Exception as exc:  # zstandard.ZstdError and other decoder errors
-                raise InputError(f"{self.name}: cannot decompress: {exc}") from None
+            except OSError as exc:
+                raise InputError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
+            except Exception as exc:  # noqa: BLE001 - EOFError, zlib.error, zstandard.ZstdError: a damaged archive
+                if not self.lines and not carry:
+                    raise InputError(f"{self.name}: cannot decompress ({exc}): nothing readable before the "
+                                     "damage, expected vLLM log lines") from None
+                self.truncated = str(exc) or exc.__class__.__name__
+                got = 0
             final = got == 0
             size = carry + got
             if final:
@@ -242,6 +308,8 @@ class RecordReader:
                     cut = size
             if cut:
                 body = view[:cut]
+                if any(buf.find(c, 0, cut) >= 0 for c in _CONTROL_BYTES):
+                    self._count_binary(body)
                 if first:
                     self._check_text(bytes(body[:1 << 16]))
                     self._detect_container(bytes(body[:1 << 16]))
@@ -256,6 +324,13 @@ class RecordReader:
                 self._on_block()
             if final:
                 return
+
+    def _count_binary(self, body: memoryview) -> None:
+        """Add the lines of ``body`` (whole lines) that hold a control byte to :attr:`binary_lines`."""
+        arr = np.frombuffer(body, dtype=np.uint8)
+        bad = np.flatnonzero((arr < 32) & (arr != 9) & (arr != 10) & (arr != 13) & (arr != 27))
+        nl = np.flatnonzero(arr == 10)
+        self.binary_lines += len(np.unique(np.searchsorted(nl, bad)))
 
     def _check_text(self, body: bytes) -> None:
         sample = body[:1 << 16].split(b"\n")[:200]

@@ -181,6 +181,7 @@ class LogCollector:
                 mtime = datetime.now(timezone.utc).timestamp()
             self._year_end = datetime.fromtimestamp(mtime, tz=timezone.utc)
         before = len(self.bundle)
+        self._headers = 0
         with open_log(path) as (stream, position, size):
             on_block = (lambda: progress(position(), size)) if progress else None
             reader = RecordReader(self.needles, path, on_block=on_block)
@@ -194,6 +195,17 @@ class LogCollector:
         info.skipped = self._skipped
         self._skipped = 0
         info.observations = len(self.bundle) - before
+        if reader.binary_lines and info.observations == 0 and reader.binary_lines * 10 >= reader.lines * 9:
+            raise InputError(f"{path}:1: binary data, expected text log lines")
+        if reader.truncated:
+            info.notes.append(f"truncated after {reader.lines} lines ({redact(reader.truncated)}): "
+                              "the lines before the cut were read, the rest is missing")
+        if reader.binary_lines:
+            info.notes.append(f"{reader.binary_lines} line(s) hold binary data (control bytes), not log text: "
+                              "read as text, nothing taken from them")
+        if not self._headers and info.observations == 0:
+            info.notes.append(f"no line of {self._name} looked like a vLLM log line "
+                              "(expected 'INFO MM-DD HH:MM:SS [file.py:N] ...'): nothing taken from it")
         if reader.container:
             info.notes.append({"json": "Docker json-file lines", "ts": "container timestamps (docker -t / CRI)"}
                               [reader.container])
@@ -212,6 +224,7 @@ class LogCollector:
         return info
 
     _skipped = 0
+    _headers = 0  # lines of the current file with a vLLM log header
     _close_tb = False
     _day_key: tuple = ()
     _day_start = 0
@@ -268,6 +281,7 @@ class LogCollector:
         level = ""
         h = HEADER.search(text)
         if h:
+            self._headers += 1
             level = h.group("level")
             self.formats.add("V0 'file.py:N]' (0.4-0.7)" if h.group("file2") else "'[file:N]' (0.8+)")
             if proc:
