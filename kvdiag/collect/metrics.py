@@ -73,7 +73,9 @@ def quote_line(line: str, limit: int = 80) -> str:
 def _fmt_labels(labels: dict) -> str:
     if not labels:
         return ""
-    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    # label values escaped as the exposition format does (backslash, quote, newline), so a source stays unambiguous
+    esc = {ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n"}
+    return "{" + ",".join(f'{k}="{str(v).translate(esc)}"' for k, v in sorted(labels.items())) + "}"
 
 
 def parse_page(text: str, origin: str, openmetrics: bool = False) -> list:

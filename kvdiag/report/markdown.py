@@ -7,6 +7,8 @@ look-alikes), what could not be judged, and the inputs. Consumes the finished re
 
 from __future__ import annotations
 
+import re
+
 from .model import Report
 
 
@@ -14,43 +16,63 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _code(text: str) -> str:
+    """``text`` as an inline code span that no character of it can end early: the fence is one backtick longer
+    than the longest run inside (CommonMark 6.1), pipes escaped for tables, newlines flattened. Inside a code
+    span ``<script>`` is literal text."""
+    text = _cell(text)
+    run = longest = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if longest else ""  # CommonMark strips one space on each side of a padded span
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _text(text: str) -> str:
+    """Free text (summaries, notes) with HTML tag starts neutralised (``<`` before a letter, ``/``, ``!`` or
+    ``?`` becomes ``&lt;``), so a label value cannot inject markup into the ticket."""
+    return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", str(text))
+
+
 def render_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown (one table per firing finding's evidence)."""
-    from .render import _fmt_value  # the text renderer's unit formatting, shared
+    from .render import _fmt_value, headline_label  # the text renderer's formatting, shared
 
     v = report.verdict
     fired = [f for f in report.findings if f.status == "fires"]
     primary = next((f for f in fired if f.cls == v.primary), None)
-    out = [f"# kvdiag: {v.severity.upper()} — `{v.primary}` (confidence {v.confidence})", "",
-           f"**What happened.** {v.summary}", ""]
+    out = [f"# kvdiag: {headline_label(v)} — `{v.primary}` (confidence {v.confidence})", "",
+           f"**What happened.** {_text(v.summary)}", ""]
     if primary and primary.remedy:
-        out += ["**What to change.**", ""] + [f"{i}. {r}" for i, r in enumerate(primary.remedy, 1)] + [""]
+        out += ["**What to change.**", ""] + [f"{i}. {_text(r)}" for i, r in enumerate(primary.remedy, 1)] + [""]
     for f in fired:
-        out += [f"## {f.rule_id} `{f.cls}` ({f.severity}): {f.title}", "", f.message, ""]
+        out += [f"## {f.rule_id} `{f.cls}` ({f.severity}): {f.title}", "", _text(f.message), ""]
         if f.evidence:
             out += ["| signal | value | source |", "|---|---|---|"]
             for e in f.evidence:
                 agg = "" if e.agg == "last" else f" ({e.agg})"
-                out.append(f"| `{e.signal}`{agg} | {_cell(_fmt_value(e.value, e.unit))} | `{_cell(e.source)}` |")
+                out.append(f"| `{e.signal}`{agg} | {_cell(_text(_fmt_value(e.value, e.unit)))} | {_code(e.source)} |")
             out.append("")
         if f is not primary and f.remedy:
-            out += ["Fix:", ""] + [f"- {r}" for r in f.remedy] + [""]
+            out += ["Fix:", ""] + [f"- {_text(r)}" for r in f.remedy] + [""]
     quiet = [f for f in report.findings if f.status == "quiet"]
     if quiet:
-        out += ["## Ruled out", ""] + [f"- **{f.cls}** ({f.rule_id}): {f.message}" for f in quiet] + [""]
+        out += ["## Ruled out", ""] + [f"- **{f.cls}** ({f.rule_id}): {_text(f.message)}" for f in quiet] + [""]
     unknown = [f for f in report.findings if f.status == "unknown"]
     if unknown:
         out += ["<details><summary>Not judged (missing signals)</summary>", ""]
-        out += [f"- {f.rule_id} `{f.cls}`: {f.reason}" for f in unknown] + ["", "</details>", ""]
+        out += [f"- {f.rule_id} `{f.cls}`: {_text(f.reason)}" for f in unknown] + ["", "</details>", ""]
     out += ["## Inputs", ""]
     for i in report.inputs:
-        line = f"- {i['kind']} `{i['name']}`: {i['records']} record(s), {i['observations']} observation(s)"
+        line = f"- {i['kind']} {_code(i['name'])}: {i['records']} record(s), {i['observations']} observation(s)"
         if i.get("notes"):
-            line += "; " + "; ".join(i["notes"])
+            line += "; " + "; ".join(_text(n) for n in i["notes"])
         out.append(line)
     w = report.window
     if w.get("start"):
         out.append(f"- window: {w['start']} .. {w['end']}")
     for n in report.notes:
-        out.append(f"- note: {n}")
+        out.append(f"- note: {_text(n)}")
     return "\n".join(out).rstrip("\n") + "\n"

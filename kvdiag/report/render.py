@@ -27,6 +27,12 @@ def _fmt_value(value, unit: str) -> str:
     return f"{value:,.4g} {unit}"
 
 
+def headline_label(verdict) -> str:
+    """``UNKNOWN`` for an inconclusive verdict (exit 3; the JSON keeps severity ``ok`` as its schema says),
+    else the severity in capitals."""
+    return "UNKNOWN" if verdict.primary == "inconclusive" else verdict.severity.upper()
+
+
 def _wrap(text: str, indent: str) -> list[str]:
     return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
 
@@ -39,7 +45,7 @@ def render_text(report: Report) -> str:
     if len(report.instances) > 1:
         return _render_servers(report)
     v = report.verdict
-    lines = [f"{v.severity.upper()}: {v.primary} (confidence {v.confidence})"]
+    lines = [f"{headline_label(v)}: {v.primary} (confidence {v.confidence})"]
     lines += _wrap(v.summary, "  ")
     fired = [f for f in report.findings if f.status == "fires"]
     for f in fired:
@@ -83,11 +89,11 @@ def _render_servers(report: Report) -> str:
     v = report.verdict
     insts = report.instances
     bad = [i for i in insts if i.verdict.severity != "ok"]
-    lines = [f"{v.severity.upper()}: {v.primary} (confidence {v.confidence}) on {insts[0].instance}",
+    lines = [f"{headline_label(v)}: {v.primary} (confidence {v.confidence}) on {insts[0].instance}",
              f"  {len(bad)} of {len(insts)} server(s) with a problem; worst first:"]
     width = min(60, max(len(i.instance) for i in insts))
     for i in insts:
-        label = "UNKNOWN" if i.verdict.primary == "inconclusive" else i.verdict.severity.upper()
+        label = headline_label(i.verdict)
         lines.append(f"  {label:8} {i.instance:{width}}  {i.verdict.primary}"
                      + (f" ({i.error})" if i.error else ""))
     for i in insts:
@@ -107,8 +113,18 @@ def render_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-RENDERERS = {"text": render_text, "json": render_json}
-
 from .markdown import render_markdown  # noqa: E402  (issue 6: incident tickets)
 
-RENDERERS["markdown"] = render_markdown
+
+def _redacted(render):
+    """A renderer whose output passes :func:`kvdiag.collect.logread.redact` last: no secret in any report."""
+    from ..collect.logread import redact
+
+    def run(report: Report) -> str:
+        return redact(render(report))
+
+    run.__doc__ = render.__doc__
+    return run
+
+
+RENDERERS = {"text": _redacted(render_text), "json": _redacted(render_json), "markdown": _redacted(render_markdown)}
