@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import FIXTURES
@@ -130,3 +132,14 @@ def test_a_real_log_gets_none_of_these_notes(kvdiag):
     res = kvdiag("analyze", "--log", LOG, "--format", "json")
     notes = " ".join(_inputs_line(res)["notes"])
     assert "truncated" not in notes and "binary" not in notes and "looked like" not in notes
+
+
+def test_an_over_long_line_is_cut_with_a_note(kvdiag, tmp_path):
+    from kvdiag.collect.logread import MAX_LINE_BYTES
+
+    p = tmp_path / "long.log"
+    p.write_bytes(open(LOG, "rb").read() + b"x" * (MAX_LINE_BYTES * 2 + 100) + b"\n")
+    res = kvdiag("analyze", "--log", str(p), "--format", "json")
+    notes = _inputs_line(res)["notes"]
+    assert [n for n in notes if re.fullmatch(r"over-long line\(s\) \(no newline within 8 MiB\) cut [12] time\(s\), "
+                                             r"each piece counted as a record", n)], notes

@@ -259,6 +259,7 @@ class RecordReader:
 
         truncated: why the stream ended early (a compressed file cut short or corrupt after some lines:
             the lines before the cut are kept), else ``""``.
+        cut_lines: times a line longer than :data:`MAX_LINE_BYTES` was cut into a new line.
         binary_lines: physical lines holding control bytes (NUL and other C0 codes besides tab, CR,
             ESC): binary garbage inside a text log, not log text.
 
@@ -272,6 +273,7 @@ class RecordReader:
         self.lines = 0
         self.truncated = ""
         self.binary_lines = 0
+        self.cut_lines = 0
         self.container = ""
         self._mode_known = False
         self._on_block = on_block
@@ -306,6 +308,7 @@ class RecordReader:
                     buf[size] = 10  # an over-long line is cut here
                     size += 1
                     cut = size
+                    self.cut_lines += 1
             if cut:
                 body = view[:cut]
                 if any(buf.find(c, 0, cut) >= 0 for c in _CONTROL_BYTES):

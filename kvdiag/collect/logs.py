@@ -33,7 +33,7 @@ import ahocorasick_rs
 
 from ..bundle import Bundle, InputInfo
 from ..errors import InputError
-from .logread import RecordReader, open_log, order_paths, redact
+from .logread import MAX_LINE_BYTES, RecordReader, open_log, order_paths, redact
 
 GIB = 1024 ** 3
 _UNITS = {"B": 1, "BYTES": 1, "KIB": 1024, "MIB": 1024 ** 2, "GIB": GIB, "TIB": 1024 ** 4,
@@ -200,6 +200,9 @@ class LogCollector:
         if reader.truncated:
             info.notes.append(f"truncated after {reader.lines} lines ({redact(reader.truncated)}): "
                               "the lines before the cut were read, the rest is missing")
+        if reader.cut_lines:
+            info.notes.append(f"over-long line(s) (no newline within {MAX_LINE_BYTES >> 20} MiB) cut "
+                              f"{reader.cut_lines} time(s), each piece counted as a record")
         if reader.binary_lines:
             info.notes.append(f"{reader.binary_lines} line(s) hold binary data (control bytes), not log text: "
                               "read as text, nothing taken from them")
