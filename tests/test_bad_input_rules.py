@@ -255,3 +255,13 @@ def test_export_never_writes_a_non_finite_threshold():
     node = Node("cond", cond=Condition("kv_cache_usage", "max", ">=", float("nan")))
     with pytest.raises(NotExportable, match="not a finite number"):
         condition_expr(node, "5m")
+
+
+def test_rules_folder_with_a_symlink_loop_terminates(tmp_path):
+    from kvdiag.engine.model import yaml_files
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "back").symlink_to(tmp_path)
+    (tmp_path / "a" / "R.yaml").write_text("x: 1\n")
+    files = yaml_files(tmp_path)
+    assert [p.name for p in files] == ["R.yaml"]

@@ -340,7 +340,13 @@ def yaml_files(folder: Path, what: str = "rules") -> list[Path]:
         raise RuleFileError(f"{exc.filename or folder}: cannot read {what} folder: {exc.strerror}")
 
     out: list[Path] = []
-    for root, _dirs, files in os.walk(folder, onerror=fail):
+    seen: set[str] = set()
+    for root, dirs, files in os.walk(folder, onerror=fail, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # a symlink loop
+            dirs[:] = []
+            continue
+        seen.add(real)
         out += [Path(root) / f for f in files if f.endswith(".yaml")]
     return sorted(out)
 
