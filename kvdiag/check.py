@@ -56,13 +56,17 @@ def _is_state_file(data: object) -> bool:
     return isinstance(data, dict) and "version" in data
 
 
+class _Corrupt(ValueError):
+    """A state entry that parses but cannot be right (its message names the field)."""
+
+
 def _finite(value: object, name: str) -> float:
     """``value`` as a finite float, else ``ValueError`` naming ``name`` (a corrupt state entry)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{name}: not a number")
+        raise _Corrupt(f"{name} is not a number")
     x = float(value)
     if not math.isfinite(x):
-        raise ValueError(f"{name}: not finite")
+        raise _Corrupt(f"{name} is not finite")
     return x
 
 
@@ -116,17 +120,15 @@ def load_state(path: str, instance: str, now: float | None = None) -> tuple[Chec
             return None, f"state file {path}: version {data.get('version')!r} not understood, starting fresh"
         t = _finite(entry["t"], "t")
         if not 0 < t <= now + 86400:
-            raise ValueError("t: out of range")
+            raise _Corrupt(f"t {t:.0f} is not between 1970 and a day from now")
         counters = {k: _finite(v, k) for k, v in entry.get("counters", {}).items() if k in COUNTERS}
         pst = entry.get("process_start_time")
         return CheckState(t, counters, _finite(pst, "process_start_time") if pst is not None else None), ""
     except KeyError:
         return None, ""
     except (OSError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
-        detail = str(exc)[:80] if isinstance(exc, ValueError) and str(exc).startswith(("t:", "process_start")) \
-            or exc.__class__ is ValueError and ":" in str(exc)[:40] else ""
-        return None, (f"state file {path} unreadable ({exc.__class__.__name__}{': ' + detail if detail else ''}), "
-                      "starting fresh")
+        why = str(exc) if isinstance(exc, _Corrupt) else exc.__class__.__name__
+        return None, f"state file {path} unreadable ({why}), starting fresh"
 
 
 def save_state(path: str, instance: str, state: CheckState) -> str:
