@@ -61,13 +61,7 @@ def render_text(report: Report) -> str:
             lines.append("  Fix:")
             for r in f.remedy:
                 lines += _wrap(f"- {r}", "    ")
-    others = [f for f in report.findings if f.status != "fires"]
-    if others:
-        lines.append("")
-        lines.append("Ruled out / not judged:")
-        for f in others:
-            text = f"{f.status:7} {f.rule_id} {f.cls}: " + (f.reason if f.status == "unknown" else f.message)
-            lines += _wrap(text, "  ")
+    lines += _ruled_out_lines(report.findings)
     lines.append("")
     lines.append("Inputs:")
     for i in report.inputs:
@@ -83,6 +77,33 @@ def render_text(report: Report) -> str:
     for n in report.notes:
         lines += _wrap(f"note: {n}", "  ")
     return "\n".join(lines) + "\n"
+
+
+def _ruled_out_lines(findings) -> list[str]:
+    """Counter-evidence first and only where it has numbers; the rest folded into two lines.
+
+    A quiet finding whose message quotes a number ("partial-block waste ≤ 0.1 % of the pool") is shown in
+    full: it is why a look-alike was ruled out. Quiet findings without numbers ("no OOM in the sampler
+    warm-up") and the rules that could not be judged are listed by id on one line each (``--format json``
+    has every message and reason).
+    """
+    quiet = [f for f in findings if f.status == "quiet"]
+    unknown = [f for f in findings if f.status == "unknown"]
+    shown = [f for f in quiet if any(ch.isdigit() for ch in f.message)]
+    folded = [f for f in quiet if f not in shown]
+    out: list[str] = []
+    if shown:
+        out += ["", "Ruled out:"]
+        for f in shown:
+            out += _wrap(f"- {f.rule_id} {f.cls}: {f.message}", "  ")
+    if folded or unknown:
+        out.append("")
+    if folded:
+        out += _wrap("Also checked, nothing found: " + ", ".join(f"{f.rule_id} ({f.cls})" for f in folded), "")
+    if unknown:
+        out += _wrap(f"Not judged (the input lacks their signals; --format json says which): "
+                     f"{', '.join(f.rule_id for f in unknown)}", "")
+    return out
 
 
 def _render_servers(report: Report) -> str:
