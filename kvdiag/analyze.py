@@ -26,11 +26,11 @@ def load_model_config(path: str) -> dict:
     """
     from . import capacity
 
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{path}: no such file, expected a model config.json")
+    from .fileio import read_bounded
+
+    raw = read_bounded(path, 64 * 1024 * 1024, "a model config.json")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:

@@ -86,10 +86,9 @@ def check_state_path(path: str) -> None:
         raise InputError(f"--state {path}: folder {parent} does not exist (kvdiag does not create it)")
     if not p.exists():
         return
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"--state {path}: cannot read: {exc.strerror}") from None
+    from .fileio import read_bounded
+
+    raw = read_bounded(path, 16 * 1024 * 1024, "a kvdiag state file", label="--state")
     if not raw.strip():
         return
     try:

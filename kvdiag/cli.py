@@ -14,7 +14,7 @@ import textwrap
 import click
 
 from . import __version__
-from .errors import ExitStatus, KvdiagError
+from .errors import ExitStatus, InputError, KvdiagError
 from .engine.model import load_rules, parse_duration
 
 
@@ -141,10 +141,11 @@ def _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout):
             raise click.BadParameter(f"{name}: the value {problem} (value not shown)", param_hint="--header")
         hdrs[name] = value.strip()
     if bearer_token_file:
+        from .fileio import read_bounded
+
         try:
-            token = open(bearer_token_file, encoding="utf-8").read().strip()
-        except OSError as exc:
-            raise InputError(f"{bearer_token_file}: cannot read bearer token: {exc.strerror}") from None
+            token = read_bounded(bearer_token_file, 64 * 1024, "a bearer token",
+                                 label="--bearer-token-file").decode("utf-8").strip()
         except UnicodeDecodeError:
             raise InputError(f"{bearer_token_file}: not UTF-8 text, expected a bearer token") from None
         if not token:
@@ -198,6 +199,10 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if not (logs or metrics_files or metrics_urls or prometheus_url or (model_config and gpu_memory)):
         raise click.UsageError("give at least one source: --log, --metrics-file, --metrics-url or --prometheus-url "
                                "(or --model-config with --gpu-memory for a pre-flight check)")
+    if output:  # before any work: never write the report over an input, a folder or a device
+        from .fileio import check_output_target
+
+        check_output_target(output, "--output", [*logs, *metrics_files, model_config or ""])
     if prometheus_url and (logs or metrics_files or metrics_urls):
         raise click.UsageError("--prometheus-url judges the instances it holds; it does not mix with --log, "
                                "--metrics-file or --metrics-url")
@@ -212,7 +217,14 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if prometheus_url:
         from .collect.prometheus import parse_window
 
+        from .collect.prometheus import effective_step
+
         start, end = parse_window(since, until)
+        if effective_step(start, end, step) > step:  # Prometheus refuses more than 11,000 points per series
+            new_step = float(int(effective_step(start, end, step)) + 1)
+            click.echo(f"kvdiag: --step raised from {step:g}s to {new_step:g}s to stay within Prometheus' 11,000 "
+                       "points per series", err=True)
+            step = new_step
         fleet = {"url": prometheus_url, "selector": selector or "", "start": start, "end": end, "step": step}
     report = run(logs=list(logs), metrics_files=list(metrics_files), metrics_urls=list(metrics_urls),
                  duration=duration, interval=interval, model_config=model_config, rules_dirs=list(rules_dirs),
@@ -222,11 +234,9 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
                  progress=progress, http=http, prometheus=fleet)
     text = RENDERERS[fmt](report)
     if output:
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise click.FileError(output, exc.strerror) from None
+        from .export import write_output
+
+        write_output(output, text, "--output")
     else:
         click.echo(text, nl=False)
     ctx.exit(report.exit_code)
@@ -343,6 +353,14 @@ def record(metrics_url, interval, duration, out, headers, bearer_token_file, ca_
 
     from .collect.metrics import safe_url
 
+    from .fileio import check_output_target
+
+    target = check_output_target(out, "--out")
+    if target.exists() and target.stat().st_size > 0:
+        with open(target, "rb") as fh:
+            head = fh.read(64)
+        if not head.startswith((b"# HELP", b"# TYPE", b"# UNIT", b"# EOF")):
+            raise InputError(f"--out {out}: exists and is not an OpenMetrics recording; kvdiag does not overwrite it")
     http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
     n, samples = rec(metrics_url, out, duration=duration, interval=interval, http=http, progress=progress)
     click.echo(f"kvdiag: recorded {n} scrape(s), {samples} sample(s) of {safe_url(metrics_url)} to {out}", err=True)
@@ -463,6 +481,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and map every outcome to an exit code (the only place that does)."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    verb = next((a for a in args if not a.startswith("-")), "")
+
+    def nagios(message: str) -> None:
+        """``kvdiag check`` speaks Nagios: a failure before the verdict is still one UNKNOWN line on stdout."""
+        if verb == "check":
+            click.echo(f"KVDIAG UNKNOWN - {' '.join(message.split())}".replace("|", "/"))
     try:
         rc = cli.main(args=args, prog_name="kvdiag", standalone_mode=False)
         return rc if isinstance(rc, int) else ExitStatus.OK
@@ -479,11 +503,13 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, click.UsageError) and ctx is not None:
             hint = f" (see '{ctx.command_path} --help')"
         click.echo(f"kvdiag: error: {exc.format_message()}{hint}", err=True)
+        nagios(exc.format_message())
         return ExitStatus.UNKNOWN
     except KvdiagError as exc:
         if debug:
             raise
         click.echo(f"kvdiag: error: {exc}", err=True)
+        nagios(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("kvdiag: interrupted", err=True)
@@ -495,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         click.echo(f"kvdiag: internal error: {exc.__class__.__name__}: {exc} (run with --debug for the traceback)",
                    err=True)
+        nagios(f"internal error: {exc.__class__.__name__}")
         return ExitStatus.UNKNOWN
 
 

@@ -62,9 +62,9 @@ def write_output(path: str, text: str, option: str) -> None:
         InputError: ``path`` is a folder, its folder is missing, or it cannot be written
             (``option: path: what was expected``).
     """
-    target = Path(path)
-    if target.is_dir():
-        raise InputError(f"{option} {path}: is a folder, expected a file path")
+    from .fileio import check_output_target
+
+    target = check_output_target(path, option)
     folder = target.parent
     if not folder.is_dir():
         raise InputError(f"{option} {path}: folder {folder} does not exist")

@@ -338,6 +338,10 @@ def _bad_line(line: str):
     raise InputError(f"recording has a sample without a timestamp among timestamped ones: {line[:120]!r}")
 
 
+MAX_METRICS_FILE_BYTES = 512 * 1024 * 1024
+"""Largest saved page or recording read (a 10-minute recording at 5 s is tens of MiB)."""
+
+
 def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None) -> InputInfo:
     """Read a saved ``/metrics`` page (one instant) or a recording (OpenMetrics, a timestamp on every
     sample, ``# EOF``; several instants) into ``bundle``.
@@ -345,15 +349,9 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None) -
     Raises:
         InputError: missing, a directory, empty, binary, or not Prometheus text / OpenMetrics.
     """
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{path}: no such file")
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory, expected a saved /metrics page")
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    from ..fileio import read_bounded
+
+    raw = read_bounded(path, MAX_METRICS_FILE_BYTES, "a saved /metrics page or an OpenMetrics recording")
     text = raw.decode("utf-8", errors="replace")
     page_info = info if info is not None else PageInfo()
     if text.rstrip().endswith("# EOF") and "\x00" not in text:

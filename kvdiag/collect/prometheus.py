@@ -73,6 +73,17 @@ def parse_time(value: str) -> float:
     return dt.timestamp()
 
 
+MAX_WINDOW_SECONDS = 366 * 86400
+"""Longest --since window kvdiag asks a Prometheus server for."""
+MAX_POINTS_PER_SERIES = 11000
+"""Prometheus refuses range queries of more than 11,000 points per series; --step is raised to stay below."""
+
+
+def effective_step(start: float, end: float, step: float) -> float:
+    """``step`` raised so that a range query over ``[start, end]`` stays within 11,000 points per series."""
+    return max(step, (end - start) / (MAX_POINTS_PER_SERIES - 1))
+
+
 def parse_window(since: str, until: str | None, now: float | None = None) -> tuple[float, float]:
     """``--since`` / ``--until`` → ``(start, end)`` Unix seconds.
 
@@ -83,10 +94,15 @@ def parse_window(since: str, until: str | None, now: float | None = None) -> tup
         InputError: unreadable values, or a window that does not run forward.
     """
     end = parse_time(until) if until else (time.time() if now is None else now)
+    if not (0 <= end <= 4102444800):  # 1970 .. 2100
+        raise InputError(f"--until {until}: expected a time between 1970 and 2100")
     try:
         start = end - parse_duration(since)
     except ValueError:
         start = parse_time(since)
+    if not (0 <= start <= 4102444800) or end - start > MAX_WINDOW_SECONDS:
+        raise InputError(f"--since {since}: expected a window of at most {MAX_WINDOW_SECONDS // 86400} days "
+                         "(a duration like 6h or a time after 1970)")
     if start >= end:
         raise InputError(f"--since {since} is not before --until {until or 'now'}: the window must run forward")
     return start, end

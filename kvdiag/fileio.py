@@ -1,0 +1,69 @@
+"""Bounded reads and safe writes for the files kvdiag is pointed at (never hang on ``/dev/zero``, never turn a
+device, pipe or an input into a report)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .errors import InputError
+
+MIB = 1024 * 1024
+
+
+def read_bounded(path: str, limit_bytes: int, what: str, label: str = "") -> bytes:
+    """Read a whole regular file of at most ``limit_bytes``.
+
+    Raises:
+        InputError: missing, a folder, not a regular file (device, pipe: they may never end), larger than the
+            limit, or unreadable — the message names ``label`` (e.g. ``--state``) and the path.
+    """
+    name = f"{label} {path}" if label else path
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file, expected {what}") from None
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{name}: is a folder, expected {what}")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{name}: not a regular file (a device or pipe), expected {what}")
+    if st.st_size > limit_bytes:
+        raise InputError(f"{name}: {st.st_size / MIB:,.1f} MiB, larger than the {limit_bytes / MIB:,.0f} MiB "
+                         f"kvdiag reads for {what}")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read: {exc.strerror}") from None
+    if len(data) > limit_bytes:
+        raise InputError(f"{name}: larger than the {limit_bytes / MIB:,.0f} MiB kvdiag reads for {what}")
+    return data
+
+
+def check_output_target(path: str, option: str, inputs: list[str] | tuple[str, ...] = ()) -> Path:
+    """Where an output option may write: a new or regular file that is none of the inputs.
+
+    A symlink is followed to its target (so the link stays a link). Returns the path to write.
+
+    Raises:
+        InputError: ``path`` is a folder, a device or pipe, or the same file as one of ``inputs``.
+    """
+    p = Path(path)
+    target = p.resolve() if p.is_symlink() else p
+    if target.exists():
+        st = os.stat(target)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{option} {path}: is a folder, expected a file path")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{option} {path}: not a regular file (a device or pipe); kvdiag writes reports "
+                             "only to files (leave the option out for standard output)")
+        for src in inputs:
+            try:
+                if src and src != "-" and os.path.exists(src) and os.path.samefile(src, target):
+                    raise InputError(f"{option} {path}: is also an input ({src}); kvdiag never overwrites its input")
+            except OSError:
+                continue
+    return target
