@@ -157,9 +157,9 @@ def capture_queries(url: str, selector: str, start: float, end: float, step: flo
     seen: list[tuple[str, dict]] = []
     orig = prom.PromClient._get
 
-    def spy(self, path, params):
+    def spy(self, path, params, **kwargs):
         seen.append((path, dict(params)))
-        return orig(self, path, params)
+        return orig(self, path, params, **kwargs)
 
     prom.PromClient._get = spy
     try:
