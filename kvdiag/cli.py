@@ -206,6 +206,12 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if prometheus_url and (logs or metrics_files or metrics_urls):
         raise click.UsageError("--prometheus-url judges the instances it holds; it does not mix with --log, "
                                "--metrics-file or --metrics-url")
+    if not prometheus_url:
+        given = [f"--{name}" for name in ("selector", "since", "until", "step")
+                 if (src := ctx.get_parameter_source(name)) is not None and src.name != "DEFAULT"]
+        if given:  # they would be silently ignored: the window of a log or a scrape is its own
+            verb = "apply" if len(given) > 1 else "applies"
+            raise click.UsageError(f"{', '.join(given)} only {verb} to --prometheus-url")
     if len(metrics_urls) > 1 and (logs or metrics_files):
         raise click.UsageError("with several --metrics-url kvdiag cannot tell which server a --log or "
                                "--metrics-file belongs to; analyze them one server at a time")

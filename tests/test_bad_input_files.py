@@ -71,3 +71,8 @@ def test_fleet_window_is_bounded(kvdiag, since):
 def test_fleet_step_is_raised_for_long_windows(kvdiag):
     res = kvdiag("analyze", "--prometheus-url", "http://127.0.0.1:9", "--since", "8760h", timeout=60)
     assert "--step raised from 15s to 2868s" in res.err
+
+
+def test_fleet_window_options_without_prometheus_are_refused(kvdiag):
+    res = kvdiag("analyze", "--log", LOG, "--since", "6h")
+    assert res.code == 3 and "--since only applies to --prometheus-url" in res.err
