@@ -303,7 +303,7 @@ def build_registry(instance: str, report: Report | None, success: bool, now: flo
         v = Gauge("kvdiag_verdict", "The verdict of the last kvdiag check (always 1; read the labels)",
                   ["instance", "class", "severity"], registry=reg)
         v.labels(instance, report.verdict.primary, report.verdict.severity).set(1)
-        f = Gauge("kvdiag_finding", "1 when the rule fires, 0 when quiet or unknown; status in the label",
+        f = Gauge("kvdiag_finding", "1 when the rule fires (severity ok: a not-a-KV-problem note), 0 when quiet or unknown",
                   ["instance", "rule_id", "class", "severity", "status"], registry=reg)
         for finding in report.findings:
             sev = finding.severity if finding.status == "fires" else "ok"

@@ -28,7 +28,7 @@ from .signals import METRIC_TO_SIGNAL, SIGNALS
 
 _AGG_FN = {"max": "max_over_time", "min": "min_over_time", "mean": "avg_over_time", "last": "last_over_time",
            "increase": "increase", "rate": "rate"}
-_MAX_COMBINED = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate"}
+_MAX_COMBINED = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate_cumulative"}
 _OP = {">": ">", ">=": ">=", "<": "<", "<=": "<=", "==": "==", "!=": "!="}
 
 

@@ -65,8 +65,12 @@ _SIGNALS = [
     Signal("prefix_cache_hits", "counter", "tokens", "prefix-cache hits (tokens; blocks in V1 0.7-0.8)",
            ("prefix_cache_hits_total (0.9+)", "gpu_prefix_cache_hits_total (V1 0.7-0.10)")),
     Signal("prefix_cache_hit_rate", "gauge", "ratio",
-           "prefix-cache hit rate as reported (V0 gauge: cumulative since start; V1 log: last 1000 requests)",
-           ("gpu_prefix_cache_hit_rate (V0 0.5-0.7; -1 = disabled)",), ("stats line 'Prefix cache hit rate: X%'",)),
+           "prefix-cache hit rate as the V1 log reports it: over the most recent 1000 requests (a rolling window)",
+           (), ("V1 stats line 'Prefix cache hit rate: X%' (0.7+)",)),
+    Signal("prefix_cache_hit_rate_cumulative", "gauge", "ratio",
+           "V0 prefix-cache block hit rate, cumulative since the engine started: a fall in the window shows damped",
+           ("gpu_prefix_cache_hit_rate (V0 0.5-0.7; -1 = disabled)",),
+           ("V0 record 'Prefix cache hit rate: GPU: X%, CPU: Y%' (0.5-0.10)",)),
     Signal("prompt_tokens", "counter", "tokens", "prompt tokens processed", ("prompt_tokens_total",)),
     Signal("generation_tokens", "counter", "tokens", "generation tokens processed", ("generation_tokens_total",)),
     # --- pool facts -----------------------------------------------------------------------------
@@ -242,7 +246,7 @@ METRIC_TO_SIGNAL: dict[str, str] = {
     "prefix_cache_hits": "prefix_cache_hits",
     "gpu_prefix_cache_queries": "prefix_cache_queries",  # V1 0.7-0.10 (blocks in 0.7-0.8)
     "gpu_prefix_cache_hits": "prefix_cache_hits",
-    "gpu_prefix_cache_hit_rate": "prefix_cache_hit_rate",  # V0 0.5-0.7, cumulative, -1 = off
+    "gpu_prefix_cache_hit_rate": "prefix_cache_hit_rate_cumulative",  # V0 0.5-0.7, cumulative, -1 = off
     "prompt_tokens": "prompt_tokens",
     "generation_tokens": "generation_tokens",
 }
@@ -298,16 +302,32 @@ WINDOW_HISTOGRAMS: dict[str, tuple[str, str, str]] = {
     "request_generation_tokens": ("request_generation_tokens", "tokens", "output length of finished requests"),
     "request_queue_time_seconds": ("request_queue_time", "seconds", "time finished requests spent waiting"),
     "time_to_first_token_seconds": ("time_to_first_token", "seconds", "time to first token"),
+    # KV block residency, sampled (--kv-cache-metrics, 0.16+; reference §1.4): prefix-cache eviction evidence
+    "kv_block_lifetime_seconds": ("kv_block_lifetime", "seconds",
+                                  "lifetime of sampled KV blocks, allocation to eviction"),
+    "kv_block_idle_before_evict_seconds": ("kv_block_idle_before_evict", "seconds",
+                                           "idle time of sampled cached KV blocks before eviction (last touch to reuse "
+                                           "of the slot)"),
+    "kv_block_reuse_gap_seconds": ("kv_block_reuse_gap", "seconds",
+                                   "gap between touches of sampled KV blocks (prefix hits)"),
+}
+
+#: What one observation of a WINDOW_HISTOGRAMS histogram counts (default: finished requests).
+HISTOGRAM_COUNT_UNIT: dict[str, str] = {
+    "kv_block_lifetime_seconds": "blocks",
+    "kv_block_idle_before_evict_seconds": "blocks",
+    "kv_block_reuse_gap_seconds": "touches",
 }
 
 _WINDOW_SIGNALS: list[Signal] = []
 for _base, (_stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
     _src = (f"{_base}_bucket / _sum / _count (histogram; V0 and V1)",)
+    _cu = HISTOGRAM_COUNT_UNIT.get(_base, "requests")
     _WINDOW_SIGNALS += [
-        Signal(f"{_stem}_bucket", "counter", "requests",
-               f"histogram bucket of {_what}: cumulative count of requests ≤ the bound in ``text`` (``le``)", _src),
+        Signal(f"{_stem}_bucket", "counter", _cu,
+               f"histogram bucket of {_what}: cumulative count of {_cu} ≤ the bound in ``text`` (``le``)", _src),
         Signal(f"{_stem}_sum", "counter", _unit, f"histogram sum of {_what} (cumulative)", _src),
-        Signal(f"{_stem}_count", "counter", "requests", f"histogram count of {_what} (cumulative)", _src),
+        Signal(f"{_stem}_count", "counter", _cu, f"histogram count of {_what} (cumulative)", _src),
         Signal(f"{_stem}_mean", "fact", _unit,
                f"mean {_what} over the window: Δsum / Δcount with counter resets (derived)", _src),
         Signal(f"{_stem}_p50", "fact", _unit,
@@ -331,6 +351,40 @@ _WINDOW_SIGNALS += [
     Signal("num_requests_waiting_capacity", "gauge", "requests",
            "waiting requests held back by scheduling capacity (KV), not deferred by LoRA / KV transfer",
            ("num_requests_waiting_by_reason{reason=\"capacity\"} (0.24+)",)),
+]
+_WINDOW_SIGNALS += [
+    # --- prefix cache against load, eviction evidence and traps (issue 6; kvdiag/derive_prefix.py) ---------------
+    Signal("prefix_cache_hit_rate_low_load", "fact", "ratio",
+           "prefix-cache hit rate over the intervals where kv_cache_usage was below 50 %: ΣΔhits / ΣΔqueries, or the "
+           "mean of the V1 log's rolling rate there (derived)"),
+    Signal("prefix_cache_hit_rate_high_load", "fact", "ratio",
+           "prefix-cache hit rate over the intervals where kv_cache_usage was at or above 80 % (derived)"),
+    Signal("prefix_cache_hit_rate_load_drop", "fact", "ratio",
+           "prefix_cache_hit_rate_low_load − prefix_cache_hit_rate_high_load: how much the hit rate falls under load "
+           "(derived)"),
+    Signal("prefix_cache_retention_seconds", "fact", "seconds",
+           "how long an unreferenced cached block survives in the LRU free queue, estimated: free pool tokens "
+           "(pool × (1 − mean usage)) / KV tokens written per second (prompt − prefix hits + generation) (derived)"),
+    Signal("kv_block_alloc_tokens_per_second", "fact", "tokens/s",
+           "KV slots written per second over the window: Δprompt_tokens − Δprefix_cache_hits + Δgeneration_tokens, "
+           "or the log's prompt + generation throughput (derived)"),
+    Signal("prefix_cache_readmission_preemptions", "fact", "requests",
+           "preemptions in the window of a vLLM 0.9-0.11 server, whose re-admissions count as prefix-cache hits and "
+           "inflate the hit rate (reference §1.3) (derived)"),
+    Signal("kv_demand_tokens", "fact", "tokens",
+           "peak KV demand estimated from the length histograms: running × (mean prompt + mean output / 2) + "
+           "waiting × mean prompt (derived; shared prefixes counted per request, so an upper estimate)"),
+    Signal("kv_demand_ratio", "fact", "ratio", "kv_demand_tokens / the pool in tokens (derived; may exceed 1)"),
+    Signal("kv_fit_requests", "fact", "requests",
+           "how many requests of the mean length the pool holds: pool / (mean prompt + mean output / 2) (derived)"),
+    # --- a metrics artifact: the usage gauge split across API-server processes (vLLM PR 28792) -----------------
+    Signal("kv_cache_usage_series", "gauge", "series",
+           "how many kv_cache_usage_perc series (one per API-server process, label pid) one instant had; text = how "
+           "many read 0 (multiprocess mode without 'mostrecent', vLLM 0.11.x before PR 28792)",
+           ("kv_cache_usage_perc{pid=...}",)),
+    Signal("kv_cache_usage_split_mean", "gauge", "ratio",
+           "the mean of those per-process usage series: what a dashboard averaging them shows",
+           ("kv_cache_usage_perc{pid=...}",)),
 ]
 for _s in _WINDOW_SIGNALS:
     SIGNALS.setdefault(_s.name, _s)
@@ -393,9 +447,6 @@ IGNORED_METRICS: dict[str, str] = {
     "request_prefill_kv_computed_tokens": "prompt minus cached tokens per request",
     "mm_cache_queries": "multimodal cache, not KV",
     "mm_cache_hits": "multimodal cache, not KV",
-    "kv_block_lifetime_seconds": "sampled block residency (--kv-cache-metrics only)",
-    "kv_block_idle_before_evict_seconds": "sampled block residency (--kv-cache-metrics only)",
-    "kv_block_reuse_gap_seconds": "sampled block residency (--kv-cache-metrics only)",
     "corrupted_requests": "NaN logits (VLLM_COMPUTE_NANS_IN_LOGITS), not KV",
     "admission_rejections": "front-end queue-limit rejections (0.33), not KV",
     "estimated_flops_per_gpu": "performance estimate, not KV",

@@ -20,6 +20,7 @@ import pandas as pd
 
 from .bundle import Bundle
 from .derive import increase
+from .derive_prefix import derive_prefix
 from .signals import WINDOW_HISTOGRAMS
 
 HIGH_USAGE = 0.95
@@ -99,7 +100,9 @@ def derive_windows(bundle: Bundle) -> None:
       per-bucket increases, for each histogram of :data:`kvdiag.signals.WINDOW_HISTOGRAMS`;
     * ``prefix_cache_hit_rate_window`` = Δhits / Δqueries over the whole window;
     * ``kv_cache_usage_high_seconds`` / ``_ratio``: time at or above 95 % usage;
-    * ``counter_resets``: one event per counter that fell (text = the signal), value = the count.
+    * ``counter_resets``: one event per counter that fell (text = the signal), value = the count;
+    * then the prefix-cache, retention and demand signals of :func:`kvdiag.derive_prefix.derive_prefix`, which
+      need the window means above.
     """
     for _base, (stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
         if bundle.has(f"{stem}_mean") or bundle.has(f"{stem}_p95"):
@@ -148,3 +151,4 @@ def derive_windows(bundle: Bundle) -> None:
                 i = int(np.argmax(np.diff(v) < 0)) + 1
                 bundle.add("counter_resets", float(n), f"derived: {sig} fell at {rows['source'].iloc[i]}",
                            t=rows["t"].iloc[i], text=sig)
+    derive_prefix(bundle)

@@ -25,7 +25,7 @@ LINES: dict[str, tuple[str, dict]] = {
                "num_requests_swapped": [100], "num_requests_waiting": [9832], "prompt_throughput": [2706.1],
                "generation_throughput": [13395.4]}),
     "v0_prefix_hit_rate": ("INFO 08-20 10:00:05 metrics.py:351] Prefix cache hit rate: GPU: 31.27%, CPU: 0.00%",
-                           {"prefix_cache_hit_rate": [0.3127]}),
+                           {"prefix_cache_hit_rate_cumulative": [0.3127]}),
     # real, 009
     "preemption": ("WARNING 06-16 21:24:15 scheduler.py:1089] Sequence group 165 is preempted by PreemptionMode.SWAP "
                    "mode because there is not enough KV cache space. This can affect the end-to-end performance. "

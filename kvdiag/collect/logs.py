@@ -494,7 +494,7 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _v0_prefix_rate(c: LogCollector, m: re.Match, line: Line) -> None:
     """V0 separate record 'Prefix cache hit rate: GPU: x%, CPU: y%' (cumulative since start)."""
-    c._add("prefix_cache_hit_rate", float(m.group(1)) / 100.0, line)
+    c._add("prefix_cache_hit_rate_cumulative", float(m.group(1)) / 100.0, line)
 
 
 def _preempt(c: LogCollector, m: re.Match, line: Line) -> None:

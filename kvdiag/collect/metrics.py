@@ -40,7 +40,7 @@ from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXE
 from .logread import redact
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
-_MAX_SIGNALS = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate"}
+_MAX_SIGNALS = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate_cumulative"}
 _ALIAS_RANK = {name: rank for names in METRIC_ALIASES.values() for rank, name in enumerate(names)}
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"  # OpenMetrics 1.0 from prometheus-client escapes ":" to "_"
 
@@ -184,6 +184,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     has_new_usage = False
     page_block_size = None
     seen: set = set()
+    usage_by_pid: dict = {}  # ts -> {pid: value} of kv_cache_usage_perc (vLLM issue 28792)
     dropped_values = bundle.__dict__.setdefault("dropped_values", {})
     for fam in families:
         for s in fam.samples:
@@ -228,7 +229,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
             if base == "kv_cache_usage_perc":
                 has_new_usage = True
             value = float(s.value)
-            if signal == "prefix_cache_hit_rate" and value == -1:
+            if signal == "prefix_cache_hit_rate_cumulative" and value == -1:
                 continue  # V0: -1 means prefix caching is off
             series_key = (name, tuple(sorted(s.labels.items())), ts)
             if series_key in seen:
@@ -243,6 +244,8 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                 continue
             rank = _ALIAS_RANK.get(base, 0)
             src = f"metric:{name}{_fmt_labels(s.labels)}{at}"
+            if signal == "kv_cache_usage":
+                usage_by_pid.setdefault((base, s.labels.get("engine", ""), ts), {})[s.labels.get("pid", "")] = value
             key = (signal, text, ts)
             old = combined.get(key)
             if old is None or rank < old[2]:
@@ -263,6 +266,24 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                 value *= page_block_size
                 src += f" × block_size {page_block_size:.0f} (blocks in vLLM 0.7-0.8)"
         bundle.add(signal, value, src, t=ts, text=text)
+    done: set = set()
+    for (base, engine, ts), per_pid in usage_by_pid.items():
+        if _ALIAS_RANK.get(base, 0) > 0 and any(k[1:] == (engine, ts) for k in usage_by_pid if k[0] != base):
+            continue  # the old name beside the new one: only the new one is read
+        if (engine, ts) in done:
+            continue
+        done.add((engine, ts))
+        vals = list(per_pid.values())
+        at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
+        eng = f"engine={engine}," if engine else ""
+        if len(vals) < 2:
+            bundle.add("kv_cache_usage_series", 1.0, f"metric:{VLLM_PREFIXES[1]}{base}{{{eng}one series}}{at}", t=ts)
+            continue
+        pids = ",".join(sorted(per_pid)[:8]) + ("…" if len(per_pid) > 8 else "")
+        src = f"metric:{VLLM_PREFIXES[1]}{base}{{{eng}pid={pids}}}{at}"
+        zero = sum(1 for v in vals if v == 0)
+        bundle.add("kv_cache_usage_series", float(len(vals)), src, t=ts, text=f"{zero} of {len(vals)} read 0")
+        bundle.add("kv_cache_usage_split_mean", sum(vals) / len(vals), src + " (mean over the pid series)", t=ts)
     return len(bundle) - before
 
 

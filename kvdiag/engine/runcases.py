@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..derive import derive
+from ..windows import derive_windows
 from ..errors import RuleFileError
 from .cases import Case, find_case_files, load_cases
 from .evaluate import evaluate_rule
@@ -39,6 +40,7 @@ def run_case(case: Case, rules: list[Rule]) -> CaseResult:
         raise RuleFileError(f"{case.path}: no rule {case.rule_id!r} (see 'kvdiag rules list')")
     bundle = case.bundle()
     derive(bundle)
+    derive_windows(bundle)
     f = evaluate_rule(rule, bundle)
     return CaseResult(case, f.status, f.message if f.status != "unknown" else f.reason)
 

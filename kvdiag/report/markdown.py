@@ -41,7 +41,9 @@ def render_markdown(report: Report) -> str:
     from .render import _fmt_value, headline_label  # the text renderer's formatting, shared
 
     v = report.verdict
-    fired = [f for f in report.findings if f.status == "fires"]
+    from .render import split_notes
+
+    fired, side_notes = split_notes(report)
     primary = next((f for f in fired if f.cls == v.primary), None)
     out = [f"# kvdiag: {headline_label(v)} — `{v.primary}` (confidence {v.confidence})", "",
            f"**What happened.** {_text(v.summary)}", ""]
@@ -57,6 +59,9 @@ def render_markdown(report: Report) -> str:
             out.append("")
         if f is not primary and f.remedy:
             out += ["Fix:", ""] + [f"- {_text(r)}" for r in f.remedy] + [""]
+    if side_notes:
+        out += ["## Also noted (not a KV problem)", ""] + [f"- {f.rule_id}: {_text(f.message)}" for f in side_notes]
+        out += [""]
     quiet = [f for f in report.findings if f.status == "quiet"]
     if quiet:
         out += ["## Ruled out", ""] + [f"- **{f.cls}** ({f.rule_id}): {_text(f.message)}" for f in quiet] + [""]

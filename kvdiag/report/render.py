@@ -47,7 +47,7 @@ def render_text(report: Report) -> str:
     v = report.verdict
     lines = [f"{headline_label(v)}: {v.primary} (confidence {v.confidence})"]
     lines += _wrap(v.summary, "  ")
-    fired = [f for f in report.findings if f.status == "fires"]
+    fired, side_notes = split_notes(report)
     for f in fired:
         lines.append("")
         lines.append(f"[{f.severity}] {f.rule_id} {f.cls}: {f.title}")
@@ -61,6 +61,10 @@ def render_text(report: Report) -> str:
             lines.append("  Fix:")
             for r in f.remedy:
                 lines += _wrap(f"- {r}", "    ")
+    if side_notes:
+        lines += ["", "Also noted (not a KV problem):"]
+        for f in side_notes:
+            lines += _wrap(f"- {f.rule_id}: {f.message}", "  ")
     lines += _ruled_out_lines(report.findings)
     lines.append("")
     lines.append("Inputs:")
@@ -77,6 +81,19 @@ def render_text(report: Report) -> str:
     for n in report.notes:
         lines += _wrap(f"note: {n}", "  ")
     return "\n".join(lines) + "\n"
+
+
+def split_notes(report: Report) -> tuple[list, list]:
+    """Firing findings to show in full, and the firing ``healthy`` notes to show as one line each.
+
+    Under a problem verdict a note ("the workload shares no prefix", "the usage gauge is split") is context, not
+    a second diagnosis: it goes to one line under the evidence. Under a ``healthy`` verdict the notes are the
+    finding and are shown in full.
+    """
+    fired = [f for f in report.findings if f.status == "fires"]
+    if report.verdict.primary == "healthy":
+        return fired, []
+    return [f for f in fired if f.severity != "ok"], [f for f in fired if f.severity == "ok"]
 
 
 def _ruled_out_lines(findings) -> list[str]:
