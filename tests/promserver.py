@@ -82,6 +82,7 @@ class PrometheusServer:
 
 # --- synthetic vLLM history -------------------------------------------------------------------
 QUEUE_BUCKETS = (0.3, 1.0, 5.0, 30.0, float("inf"))
+EVICT_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, float("inf"))  # a subset of vLLM 0.33's
 
 
 def vllm_history(instances: dict[str, dict], start: float, steps: int, step: float, spelling: str = "vllm:",
@@ -91,7 +92,8 @@ def vllm_history(instances: dict[str, dict], start: float, steps: int, step: flo
     ``instances`` maps an instance label to a behaviour: ``usage`` (list cycled), ``waiting`` (int),
     ``running`` (int), ``preempt_per_step`` (float), ``preempt_start`` (float), ``restart_at``
     (step index where every counter falls back to 0), ``preempt_after_restart`` (per step after it),
-    ``hit_rate`` (list of (fraction of window, rate)), ``queue_s`` (typical queue seconds).
+    ``hit_rate`` (list of (fraction of window, rate)), ``queue_s`` (typical queue seconds), ``evict_idle_s``
+    (the server has ``--kv-cache-metrics``: four sampled evictions per step, each idle that many seconds).
     Names use ``spelling`` (``vllm:`` as vLLM writes them or ``vllm_`` as a Prometheus 2.x server
     stores them).
     """
@@ -156,6 +158,20 @@ def vllm_history(instances: dict[str, dict], start: float, steps: int, step: flo
                 lines.append(f"{p}request_queue_time_seconds_bucket{series} {c} {t:.3f}")
             lines.append(f"{p}request_queue_time_seconds_count{lab(inst)} {n * 10} {t:.3f}")
             lines.append(f"{p}request_queue_time_seconds_sum{lab(inst)} {n * 10 * q} {t:.3f}")
+    evicting = {inst: b for inst, b in instances.items() if "evict_idle_s" in b}
+    if evicting:  # only servers run with --kv-cache-metrics have the residency histograms (reference §1.4)
+        lines.append(f"# TYPE {p}kv_block_idle_before_evict_seconds histogram")
+        for inst, b in evicting.items():
+            idle = b["evict_idle_s"]
+            for i, t in enumerate(ts):
+                n = i * 4  # four sampled evictions per step
+                for le in EVICT_BUCKETS:
+                    les = "+Inf" if le == float("inf") else repr(le)
+                    series = lab(inst, 'le="' + les + '"')
+                    lines.append(f"{p}kv_block_idle_before_evict_seconds_bucket{series} {n if idle <= le else 0} "
+                                 f"{t:.3f}")
+                lines.append(f"{p}kv_block_idle_before_evict_seconds_count{lab(inst)} {n} {t:.3f}")
+                lines.append(f"{p}kv_block_idle_before_evict_seconds_sum{lab(inst)} {n * idle} {t:.3f}")
     lines.append(f"# TYPE {p}cache_config_info gauge")
     for inst in instances:
         for t in ts[:: max(1, steps // 20)]:

@@ -9,7 +9,9 @@ with the ``vllm_`` names a Prometheus 2.x server stores (job "underscore"):
 * ``restart-pressure``: usage 99 %, counter at 5000 falls to 0 mid-window (restart), then +3 per step →
   capacity_pressure (last − first would be negative);
 * ``restart-quiet``: usage 96 %, counter 5000 falls to 0 and stays → healthy (the cumulative value 5000
-  would wrongly say "preempting").
+  would wrongly say "preempting");
+* ``prefix-evict``: usage 30 %, hit rate 80 % then 5 %, sampled evictions after 3 s idle (--kv-cache-metrics) →
+  prefix_cache_eviction from the residency histogram, which PromQL reads.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ FLEET = {
                          "restart_at": 60, "preempt_after_restart": 3},
     "restart-quiet": {"usage": [0.96], "waiting": 0, "preempt_start": 5000, "restart_at": 60,
                       "preempt_after_restart": 0},
+    "prefix-evict": {"usage": [0.30], "waiting": 0, "running": 8, "hit_rate": [(0.0, 0.8), (0.5, 0.05)],
+                     "evict_idle_s": 3.0},
 }
 EXPECTED = {"pressure": "capacity_pressure", "healthy-high": "healthy", "restart-pressure": "capacity_pressure",
-            "restart-quiet": "healthy"}
+            "restart-quiet": "healthy", "prefix-evict": "prefix_cache_eviction"}
 
 
 @pytest.fixture(scope="module")
@@ -104,15 +108,23 @@ def test_fleet_window_signals_come_from_promql(prom):
     assert p.signal("kv_cache_usage_high_ratio")["value"].iloc[0] == pytest.approx(1.0)
     assert p.signal("kv_cache_usage_high_seconds")["value"].iloc[0] == pytest.approx(prom.end - prom.start, rel=0.01)
     assert "PromQL queries" in notes[0]
+    # sampled evictions (--kv-cache-metrics): the count's increase and the idle median, both from PromQL
+    e = got["prefix-evict:8000"]
+    assert e.signal("kv_block_idle_before_evict_count")["value"].iloc[-1] == pytest.approx(4 * (STEPS - 1), rel=0.05)
+    assert 2.0 < e.signal("kv_block_idle_before_evict_p50")["value"].iloc[0] <= 5.0   # the (2, 5] bucket holds 3 s
+    assert e.signal("kv_block_idle_before_evict_p50")["source"].iloc[0].startswith(
+        "promql:histogram_quantile(0.5, kv_block_idle_before_evict_seconds_bucket[")
+    assert not p.has("kv_block_idle_before_evict_count")             # no --kv-cache-metrics there
 
 
 def test_fleet_text_report_ranks_servers_and_has_a_section_each(kvdiag, prom):
     res = _fleet(kvdiag, prom, "colon")
     lines = res.out.splitlines()
     assert lines[0].startswith("CRITICAL: capacity_pressure")
-    assert "2 of 4 server(s) with a problem" in lines[1]
-    ranking = lines[2:6]
-    assert [r.split()[0] for r in ranking] == ["CRITICAL", "CRITICAL", "OK", "OK"]
+    assert "3 of 5 server(s) with a problem" in lines[1]
+    ranking = lines[2:7]
+    assert [r.split()[0] for r in ranking] == ["CRITICAL", "CRITICAL", "WARNING", "OK", "OK"]
+    assert ranking[2].split()[1:] == ["prefix-evict:8000", "prefix_cache_eviction"]
     for name in FLEET:
         assert any(line.startswith(f"=== {name}:8000 ") for line in lines)
 

@@ -47,6 +47,8 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "prefix_cache_hits": ("prefix_cache_hits_total", "gpu_prefix_cache_hits_total"),
     "prompt_tokens": ("prompt_tokens_total",),
     "generation_tokens": ("generation_tokens_total",),
+    # sampled evictions of cached blocks (--kv-cache-metrics, 0.16+): PFX003's direct evidence
+    "kv_block_idle_before_evict_count": ("kv_block_idle_before_evict_seconds_count",),
 }
 _HIT_PAIRS = (("prefix_cache_hits_total", "prefix_cache_queries_total"),
               ("gpu_prefix_cache_hits_total", "gpu_prefix_cache_queries_total"))

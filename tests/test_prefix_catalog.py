@@ -1,0 +1,344 @@
+"""Prefix-cache eviction and its look-alikes, KV demand from length histograms, the usage-gauge split (issue 6).
+
+Hand-computed arithmetic for every formula of kvdiag/derive_prefix.py; the vLLM 0.33 series against their truth;
+a live /metrics endpoint (prometheus-client on 127.0.0.1) exposing the --kv-cache-metrics residency histograms.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import threading
+import time
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+import pytest
+
+from conftest import FIXTURES
+from kvdiag.bundle import Bundle
+from kvdiag.collect.metrics import add_page, parse_page
+from kvdiag.derive import derive
+from kvdiag.derive_prefix import (decumulate, demand_tokens, hit_rate_by_load, readmissions_counted,
+                                  retention_seconds, rolling_rate_by_load)
+from kvdiag.engine.evaluate import evaluate_rule
+from kvdiag.engine.model import load_rules
+from kvdiag.windows import derive_windows
+
+SERIES = FIXTURES / "series"
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def _value(b: Bundle, name: str) -> float:
+    rows = b.signal(name)
+    assert not rows.empty, f"{name} was not derived"
+    return float(rows["value"].iloc[-1])
+
+
+# --- arithmetic ------------------------------------------------------------------------------------------------------
+def test_hit_rate_by_load_weights_each_interval_by_its_queries():
+    queries = [0, 1000, 2000, 3000, 4000, 5000]
+    hits = [0, 800, 1600, 1700, 1800, 2600]
+    usage = [0.2, 0.2, 0.2, 0.9, 0.9, 0.2]
+    # intervals (mean usage): 0.2, 0.2, 0.55 (neither side), 0.9, 0.55 (neither)
+    lo, hi, s_lo, s_hi = hit_rate_by_load(np.array(queries), np.array(hits), np.array(usage))
+    assert lo == pytest.approx(1600 / 2000)
+    assert hi == pytest.approx(100 / 1000)
+    assert (s_lo, s_hi) == (pytest.approx(0.4), pytest.approx(0.2))
+
+
+def test_hit_rate_by_load_counts_a_restart_from_zero_and_needs_a_share_per_side():
+    lo, hi, _, s_hi = hit_rate_by_load(np.array([0, 1000, 200, 1200]), np.array([0, 500, 100, 600]),
+                                       np.array([0.1, 0.1, 0.1, 0.1]))
+    assert lo == pytest.approx((500 + 100 + 500) / (1000 + 200 + 1000))  # the reset interval counts 200 / 100
+    assert math.isnan(hi) and s_hi == 0.0
+    lo, hi, *_ = hit_rate_by_load(np.array([0, 1000, 1050]), np.array([0, 500, 510]), np.array([0.1, 0.1, 0.95]))
+    assert math.isnan(hi)                                                   # 4.8 % of the queries: too few to judge
+
+
+def test_rolling_rate_by_load_means_the_logged_rate_per_side():
+    lo, hi = rolling_rate_by_load(np.array([0.6, 0.62, 0.2, 0.1, 0.64]), np.array([0.3, 0.3, 0.9, 0.85, 0.4]))
+    assert lo == pytest.approx((0.6 + 0.62 + 0.64) / 3) and hi == pytest.approx(0.15)
+
+
+def test_decumulate_recovers_the_window_rate_from_a_cumulative_one():
+    # true window rates 0.8 (1,000 queries), 0.8 (1,000), 0.1 (2,000): cumulative 0.8, 0.8, 0.45
+    rates, w = decumulate(np.array([0.0, 0.8, 0.8, 0.45]), np.array([0.0, 1000.0, 2000.0, 4000.0]))
+    assert rates[1:] == pytest.approx([0.8, 0.1])
+    assert list(w) == [1000.0, 1000.0, 2000.0]
+
+
+def test_retention_is_free_pool_over_write_rate():
+    assert retention_seconds(56_160, 0.566, 578.1) == pytest.approx(56_160 * 0.434 / 578.1)
+    assert retention_seconds(1000, 1.2, 10) == 0.0          # a full pool keeps nothing idle
+    assert retention_seconds(1000, 0.5, 0) == math.inf
+    assert math.isnan(retention_seconds(math.nan, 0.5, 1))
+
+
+def test_demand_counts_half_the_output_of_running_and_the_prompt_of_waiting():
+    d = demand_tokens(np.array([13, 2]), np.array([20, 0]), 3029.0, 803.0)
+    assert d[0] == pytest.approx(13 * (3029 + 401.5) + 20 * 3029)
+    assert d[1] == pytest.approx(2 * 3430.5)
+
+
+@pytest.mark.parametrize("text, counted", [("0.9.2", True), ("v0.10.1.1", True), ("0.11.0", True),
+                                           ("0.8.5", False), ("0.16.0", False), ("0.33.0", False), ("", None)])
+def test_readmission_trap_versions(text, counted):
+    assert readmissions_counted(text) is counted
+
+
+# --- the vLLM 0.33 series against their truth ------------------------------------------------------------------------
+def _series_bundle(run: str) -> Bundle:
+    b = Bundle()
+    times = {int(r["sample"]): float(r["unix_time"]) for r in csv.DictReader(open(SERIES / run / "times.csv"))}
+    for p in sorted((SERIES / run / "metrics").glob("*.prom")):
+        add_page(b, parse_page(p.read_text(), str(p)), str(p), times[int(p.name[:4])])
+    derive(b)
+    derive_windows(b)
+    return b
+
+
+def test_demand_exceeds_the_pool_in_the_pressure_run_and_not_in_the_quiet_one():
+    press, quiet = _series_bundle("vllm033_pressure"), _series_bundle("vllm033_quiet")
+    t_press = json.loads((SERIES / "vllm033_pressure" / "truth.json").read_text())
+    t_quiet = json.loads((SERIES / "vllm033_quiet" / "truth.json").read_text())
+    assert _value(press, "kv_capacity_tokens") == t_press["num_gpu_blocks"] * t_press["block_size"]
+    assert _value(press, "kv_demand_ratio") > 1.0              # the truth: traffic ramps above the pool
+    assert _value(quiet, "kv_demand_ratio") < 0.25             # the truth: plenty of room
+    # an upper estimate (shared prefixes counted per request): never below what the pool really held at the peak
+    assert _value(quiet, "kv_demand_ratio") >= t_quiet["block_usage"]["peak"]
+    # the window means come from the length histograms: the truth's request mix within 1 %
+    assert _value(quiet, "request_prompt_tokens_mean") == pytest.approx(t_quiet["request_mix"]["prompt_tokens"]["mean"],
+                                                                       rel=0.01)
+    fit = _value(press, "kv_fit_requests")
+    p, g = _value(press, "request_prompt_tokens_mean"), _value(press, "request_generation_tokens_mean")
+    assert fit == math.floor(56_160 / (p + g / 2))
+
+
+def test_retention_and_load_split_on_the_series():
+    quiet = _series_bundle("vllm033_quiet")
+    t = json.loads((SERIES / "vllm033_quiet" / "truth.json").read_text())
+    # the quiet run never got busy: a low-load hit rate equal to the truth's, and no high-load side at all
+    assert _value(quiet, "prefix_cache_hit_rate_low_load") == pytest.approx(t["totals"]["prefix_cache_hit_rate"],
+                                                                            abs=0.01)
+    assert not quiet.has("prefix_cache_hit_rate_high_load")
+    rate = _value(quiet, "kv_block_alloc_tokens_per_second")
+    mean_u = float(quiet.signal("kv_cache_usage")["value"].mean())
+    assert _value(quiet, "prefix_cache_retention_seconds") == pytest.approx(348_272 * (1 - mean_u) / rate)
+    press = _series_bundle("vllm033_pressure")
+    assert _value(press, "prefix_cache_retention_seconds") < _value(quiet, "prefix_cache_retention_seconds")
+
+
+def test_pressure_run_with_evictions_but_no_shared_prefix_is_not_eviction(kvdiag, tmp_path):
+    """The truth of the pressure run: 29,919 blocks evicted from the prefix cache, 0 hits — a workload that never
+    shared prefixes. Not prefix-cache eviction; the no-reuse note says why."""
+    truth = json.loads((SERIES / "vllm033_pressure" / "truth.json").read_text())
+    assert truth["totals"]["blocks_evicted_from_prefix_cache"] > 0 and truth["totals"]["prefix_cache_hits_tokens"] == 0
+    assert "prefix_cache_eviction" in truth["not_classes"]
+    pages = sorted((SERIES / "vllm033_pressure" / "metrics").glob("*.prom"))
+    res = kvdiag("analyze", *[a for p in pages for a in ("--metrics-file", str(p))], "--format", "json")
+    rep = res.json()
+    assert rep["verdict"]["primary"] == "capacity_pressure"
+    assert "prefix_cache_eviction" not in rep["verdict"]["secondary"]
+    status = {f["rule_id"]: f["status"] for f in rep["findings"]}
+    assert status["PFX001"] == "quiet" and status["OK003"] == "fires"
+    cap = next(f for f in rep["findings"] if f["rule_id"] == "CAP001")
+    ev = {e["signal"]: e for e in cap["evidence"]}
+    assert ev["kv_demand_ratio"]["value"] > 1 and ev["kv_demand_tokens"]["source"].startswith("derived: ")
+    assert any("cap client concurrency / max_num_seqs near" in r for r in cap["remedy"])
+
+
+# --- the usage gauge split across API-server processes (real 0.11 excerpt, vLLM PR 28792) ----------------------------
+def test_usage_split_across_api_servers_is_healthy_with_a_note(kvdiag):
+    res = kvdiag("analyze", "--metrics-file", str(FIXTURES / "metrics" / "v011_usage_split_across_api_servers.prom"),
+                 "--format", "json")
+    rep = res.json()
+    assert res.code == 0 and rep["verdict"]["primary"] == "healthy"
+    note = next(f for f in rep["findings"] if f["rule_id"] == "OK004")
+    assert note["status"] == "fires"
+    ev = {e["signal"]: e["value"] for e in note["evidence"]}
+    assert ev["kv_cache_usage_series"] == 8
+    assert ev["kv_cache_usage"] == pytest.approx(0.6530455880475035)
+    assert ev["kv_cache_usage_split_mean"] == pytest.approx(0.6530455880475035 / 8)
+    assert "7 of 8 read 0" in note["message"] and "8.2%" in rep["verdict"]["summary"]
+
+
+def test_one_usage_series_per_engine_is_not_a_split():
+    page = ("# TYPE vllm:kv_cache_usage_perc gauge\n"
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.40\n'
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.90\n')
+    b = Bundle()
+    add_page(b, parse_page(page, "p"), "p", 100.0)
+    assert b.signal("kv_cache_usage_series")["value"].tolist() == [1.0, 1.0]
+    assert not b.has("kv_cache_usage_split_mean")
+
+
+# --- the hit-rate traps ----------------------------------------------------------------------------------------------
+def _rule(rule_id: str):
+    return next(r for r in load_rules() if r.id == rule_id)
+
+
+def _pages(rows: list[dict]) -> Bundle:
+    """Bundle from per-instant dicts of metric name → value (one page each, 15 s apart)."""
+    b = Bundle()
+    for i, row in enumerate(rows):
+        text = "".join(f"# TYPE {k} {'counter' if k.endswith('_total') else 'gauge'}\n{k}{{model_name=\"m\"}} {v}\n"
+                       for k, v in row.items())
+        add_page(b, parse_page(text, f"page{i}"), f"page{i}", 1_700_000_000.0 + 15 * i)
+    return b
+
+
+def test_v0_cumulative_gauge_is_decumulated_so_a_collapse_shows():
+    """V0 exports the hit rate cumulative since start: 80 % for four windows, then 10 % for five; the gauge reads
+    80 → 41 %. kvdiag de-cumulates it with the prompt-token counter and sees the fall of 70 points."""
+    rows = []
+    hits = queries = 0.0
+    for i in range(10):
+        if i:
+            q = 1000.0
+            hits += q * (0.8 if i <= 4 else 0.1)
+            queries += q
+        rows.append({"vllm:gpu_prefix_cache_hit_rate": hits / queries if queries else 0.0,
+                     "vllm:prompt_tokens_total": queries, "vllm:gpu_cache_usage_perc": 0.9})
+    b = _pages(rows)
+    derive(b)
+    derive_windows(b)
+    cum = b.signal("prefix_cache_hit_rate_cumulative")["value"]
+    assert cum.iloc[4] - cum.iloc[-1] == pytest.approx(0.8 - 3700 / 9000)   # the gauge itself damps the fall
+    assert _value(b, "prefix_cache_hit_rate_early") == pytest.approx(0.8)
+    assert _value(b, "prefix_cache_hit_rate_late") == pytest.approx(0.1)
+    assert "de-cumulated with prompt_tokens_total" in b.signal("prefix_cache_hit_rate_early")["source"].iloc[0]
+    assert evaluate_rule(_rule("PFX001"), b).status == "fires"
+
+
+def test_v0_cumulative_gauge_without_a_prompt_counter_is_a_lower_bound():
+    b = _pages([{"vllm:gpu_prefix_cache_hit_rate": r, "vllm:gpu_cache_usage_perc": 0.9}
+                for r in (0.8, 0.8, 0.8, 0.7, 0.6, 0.5)])
+    derive(b)
+    derive_windows(b)
+    assert _value(b, "prefix_cache_hit_rate_drop") == pytest.approx(0.8 - 0.5)
+    assert "a fall shows damped" in b.signal("prefix_cache_hit_rate_drop")["source"].iloc[0]
+
+
+def test_readmissions_of_0_10_prop_up_the_hit_rate_and_the_quiet_text_says_so():
+    rows = [{"vllm:prefix_cache_queries_total": 1000 * i, "vllm:prefix_cache_hits_total": 600 * i,
+             "vllm:num_preemptions_total": 5 * i, "vllm:kv_cache_usage_perc": 0.97} for i in range(8)]
+    b = _pages(rows)
+    b.add("vllm_version", None, "log:vllm.log:1", text="0.10.1.1")
+    derive(b)
+    derive_windows(b)
+    assert _value(b, "prefix_cache_readmission_preemptions") == 35
+    f = evaluate_rule(_rule("PFX001"), b)
+    assert f.status == "quiet"
+    assert "vLLM 0.10.1.1 counted the re-admissions of 35 preempted request(s) as hits" in f.message
+    b2 = _pages(rows)
+    b2.add("vllm_version", None, "log:vllm.log:1", text="0.16.0")      # from 0.16 they are excluded
+    derive(b2)
+    derive_windows(b2)
+    assert not b2.has("prefix_cache_readmission_preemptions")
+    assert "re-admissions" not in evaluate_rule(_rule("PFX001"), b2).message
+
+
+# --- live: the --kv-cache-metrics residency histograms on a real /metrics endpoint -----------------------------------
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
+"""vLLM 0.33 v1/metrics/buckets.py residency buckets (reference §1.4: 0.001 s … 1800 s)."""
+
+
+class ResidencyServer:
+    """vLLM 0.33 names with --kv-cache-metrics: the hit rate stays ``early`` for ``fall_after`` steps of 0.2 s,
+    then ``late``; every step after the fall samples evicted blocks idle ``idle`` seconds. Usage stays at 25 %."""
+
+    def __init__(self, early: float, late: float, fall_after: int, idle: float, evict_per_step: int):
+        self.registry = reg = CollectorRegistry()
+        lab = ["engine", "model_name"]
+        self.usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage.", lab, registry=reg)
+        self.running = Gauge("vllm:num_requests_running", "running", lab, registry=reg)
+        self.waiting = Gauge("vllm:num_requests_waiting", "waiting", lab, registry=reg)
+        self.preempt = Counter("vllm:num_preemptions", "preemptions", lab, registry=reg)
+        self.queries = Counter("vllm:prefix_cache_queries", "prefix-cache queries (tokens)", lab, registry=reg)
+        self.hits = Counter("vllm:prefix_cache_hits", "prefix-cache hits (tokens)", lab, registry=reg)
+        self.prompt = Counter("vllm:prompt_tokens", "prompt tokens", lab, registry=reg)
+        self.gen = Counter("vllm:generation_tokens", "generation tokens", lab, registry=reg)
+        self.idle_h = Histogram("vllm:kv_block_idle_before_evict_seconds", "idle before eviction", lab,
+                                buckets=BUCKETS, registry=reg)
+        self.life_h = Histogram("vllm:kv_block_lifetime_seconds", "lifetime", lab, buckets=BUCKETS, registry=reg)
+        info = Gauge("vllm:cache_config_info", "CacheConfig", ["block_size", "num_gpu_blocks", "engine"], registry=reg)
+        info.labels("16", "9600", "0").set(1)
+        self.args = (early, late, fall_after, idle, evict_per_step)
+        self.stop = threading.Event()
+        self.server = make_server("127.0.0.1", 0, make_wsgi_app(reg), handler_class=_Quiet)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
+
+    def _run(self):
+        early, late, fall_after, idle, per_step = self.args
+        lab = ("0", MODEL)
+        for i in range(300):
+            if self.stop.is_set():
+                break
+            rate = early if i < fall_after else late
+            self.queries.labels(*lab).inc(2000)
+            self.hits.labels(*lab).inc(2000 * rate)
+            self.prompt.labels(*lab).inc(2000)
+            self.gen.labels(*lab).inc(300)
+            self.usage.labels(*lab).set(0.25)
+            self.running.labels(*lab).set(6)
+            self.waiting.labels(*lab).set(0)
+            for _ in range(per_step):
+                self.idle_h.labels(*lab).observe(idle)
+                self.life_h.labels(*lab).observe(idle * 3)
+            time.sleep(0.2)
+
+    def __enter__(self):
+        lab = ("0", MODEL)
+        for c in (self.preempt, self.queries, self.hits, self.prompt, self.gen):
+            c.labels(*lab).inc(0)
+        self.idle_h.labels(*lab)
+        self.life_h.labels(*lab)
+        self.usage.labels(*lab).set(0.25)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_live_measured_evictions_with_a_falling_hit_rate_at_low_usage_is_prefix_eviction(kvdiag):
+    """The usage gauge reads 25 % (cached free blocks count as free), but sampled blocks are evicted after ~2 s idle
+    while the hit rate falls from 90 % to 5 %: prefix-cache eviction, proven by the residency histogram."""
+    with ResidencyServer(early=0.9, late=0.05, fall_after=10, idle=2.0, evict_per_step=4) as srv:
+        res = kvdiag("analyze", "--metrics-url", srv.url, "--duration", "4s", "--interval", "400ms",
+                     "--format", "json")
+    rep = res.json()
+    assert rep["verdict"]["primary"] == "prefix_cache_eviction", rep["verdict"]
+    assert res.code == 1                                               # a warning
+    f = next(x for x in rep["findings"] if x["rule_id"] == "PFX003")
+    assert f["status"] == "fires"
+    ev = {e["signal"]: e for e in f["evidence"]}
+    assert 1.0 <= ev["kv_block_idle_before_evict_p50"]["value"] <= 2.0   # inside the (1, 2] bucket holding 2.0
+    assert ev["kv_block_idle_before_evict_count"]["value"] > 0
+    assert "vllm:kv_block_idle_before_evict_seconds_count" in ev["kv_block_idle_before_evict_count"]["source"]
+    assert ev["prefix_cache_hit_rate_early"]["value"] > 0.5 > ev["prefix_cache_hit_rate_late"]["value"]
+    status = {x["rule_id"]: x["status"] for x in rep["findings"]}
+    assert status["PFX001"] == "quiet"            # the usage proxy alone would have missed it (usage 25 %)
+    assert status["CAP001"] == "quiet"
+
+
+def test_live_evictions_with_a_steady_hit_rate_are_not_prefix_eviction(kvdiag):
+    """Look-alike: a busy cache recycles old prefixes all the time; if reuse holds, that costs nothing."""
+    with ResidencyServer(early=0.7, late=0.7, fall_after=0, idle=30.0, evict_per_step=4) as srv:
+        res = kvdiag("analyze", "--metrics-url", srv.url, "--duration", "3s", "--interval", "500ms",
+                     "--format", "json")
+    rep = res.json()
+    assert rep["verdict"]["primary"] == "healthy", rep["verdict"]
+    f = next(x for x in rep["findings"] if x["rule_id"] == "PFX003")
+    assert f["status"] == "quiet" and "eviction is not costing hits" in f["message"]
