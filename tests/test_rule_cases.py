@@ -47,6 +47,22 @@ def test_catalog_covers_every_class_with_both_case_kinds():
             assert "unknown" in kinds, f"{r.id} has requires, so it needs an unknown case"
 
 
+def test_every_class_has_a_look_alike_that_is_not_chosen():
+    """Must-show 2 of issue 6: for every problem class, a quiet case marked '# look-alike: …' (the look-alike that
+    the rule correctly does not take for its class), and that case passes."""
+    by_name = {(c.rule_id, c.name): c for c in CASES}
+    marked: dict[str, list] = {}
+    for r in RULES:
+        text = (builtin_rules_dir() / r.cls / "cases" / f"{r.id}.yaml").read_text(encoding="utf-8")
+        for name in re.findall(r"^  ([a-z0-9_]+):[^\n]*#\s*look-alike", text, flags=re.M):
+            case = by_name[(r.id, name)]
+            assert case.expect == "quiet", (r.id, name)
+            assert run_case(case, RULES).got == "quiet", (r.id, name)
+            marked.setdefault(r.cls, []).append(name)
+    missing = set(CLASSES) - {"inconclusive", "healthy"} - set(marked)
+    assert not missing, f"classes without a look-alike case: {sorted(missing)}"
+
+
 def test_no_paging_remedy_for_weights_verdict():
     """A weights-don't-fit verdict must never suggest paging / KV settings."""
     for r in RULES:
