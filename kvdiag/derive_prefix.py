@@ -365,6 +365,13 @@ def _demand(bundle: Bundle) -> None:
                                                              f"tokens ({pool[1]})", t=at)
 
 
+def _hybrid_floor(bundle: Bundle) -> None:
+    bs = _last(bundle, "block_size")
+    if bs and bs[0] > 128 and not bundle.has("hybrid_block_size"):
+        bundle.add("hybrid_block_size", bs[0], f"derived: block_size {bs[0]:,.0f} ({bs[1]}) > 128: raised for a "
+                                                "hybrid model's state pages")
+
+
 def derive_prefix(bundle: Bundle) -> None:
     """Add the prefix-cache, demand and retention signals to ``bundle`` (in place), where their inputs exist:
 
@@ -374,10 +381,13 @@ def derive_prefix(bundle: Bundle) -> None:
       (:func:`decumulate`) — only when no counters gave them;
     * ``kv_block_alloc_tokens_per_second`` and ``prefix_cache_retention_seconds`` (:func:`retention_seconds`);
     * ``prefix_cache_readmission_preemptions`` for a 0.9-0.11 server that preempted (the hit rate is inflated);
-    * ``kv_demand_tokens`` / ``kv_demand_ratio`` (:func:`demand_tokens`; needs the length histograms' means).
+    * ``kv_demand_tokens`` / ``kv_demand_ratio`` / ``kv_fit_requests`` (:func:`demand_tokens`; needs the length
+      histograms' means);
+    * ``hybrid_block_size`` when block_size is above 128 tokens (the hybrid block floor of the prefix cache).
     """
     _load_split(bundle)
     _cumulative_thirds(bundle)
     _retention(bundle)
     _readmissions(bundle)
     _demand(bundle)
+    _hybrid_floor(bundle)

@@ -375,6 +375,9 @@ _WINDOW_SIGNALS += [
            "peak KV demand estimated from the length histograms: running × (mean prompt + mean output / 2) + "
            "waiting × mean prompt (derived; shared prefixes counted per request, so an upper estimate)"),
     Signal("kv_demand_ratio", "fact", "ratio", "kv_demand_tokens / the pool in tokens (derived; may exceed 1)"),
+    Signal("hybrid_block_size", "fact", "tokens",
+           "block_size when it is above 128 tokens: only hybrid models' page alignment raises it that far (MLA forces "
+           "64 or 128), so a shared prefix shorter than this is never cached (derived; reference §3, K10)"),
     Signal("kv_fit_requests", "fact", "requests",
            "how many requests of the mean length the pool holds: pool / (mean prompt + mean output / 2) (derived)"),
     # --- a metrics artifact: the usage gauge split across API-server processes (vLLM PR 28792) -----------------

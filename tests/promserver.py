@@ -93,7 +93,8 @@ def vllm_history(instances: dict[str, dict], start: float, steps: int, step: flo
     ``running`` (int), ``preempt_per_step`` (float), ``preempt_start`` (float), ``restart_at``
     (step index where every counter falls back to 0), ``preempt_after_restart`` (per step after it),
     ``hit_rate`` (list of (fraction of window, rate)), ``queue_s`` (typical queue seconds), ``evict_idle_s``
-    (the server has ``--kv-cache-metrics``: four sampled evictions per step, each idle that many seconds).
+    (the server has ``--kv-cache-metrics``: four sampled evictions per step, each idle that many seconds),
+    ``api_server_pids`` (the usage gauge exported once per API-server process, only the first carrying the value).
     Names use ``spelling`` (``vllm:`` as vLLM writes them or ``vllm_`` as a Prometheus 2.x server
     stores them).
     """
@@ -117,7 +118,16 @@ def vllm_history(instances: dict[str, dict], start: float, steps: int, step: flo
             for i, t in enumerate(ts):
                 lines.append(f"{p}{name}_total{lab(inst)} {fn(beh, i)} {t:.3f}")
 
-    gauge("kv_cache_usage_perc", lambda b, i: b["usage"][i % len(b["usage"])])
+    lines.append(f"# TYPE {p}kv_cache_usage_perc gauge")
+    for inst, beh in instances.items():
+        pids = beh.get("api_server_pids", 0)
+        for i, t in enumerate(ts):
+            u = beh["usage"][i % len(beh["usage"])]
+            if not pids:
+                lines.append(f"{p}kv_cache_usage_perc{lab(inst)} {u} {t:.3f}")
+            for k in range(pids):  # multiprocess mode without 'mostrecent': one process carries the value
+                pid = 'pid="' + str(100 + k) + '"'
+                lines.append(f"{p}kv_cache_usage_perc{lab(inst, pid)} {u if k == 0 else 0.0} {t:.3f}")
     gauge("num_requests_running", lambda b, i: b.get("running", 40))
     gauge("num_requests_waiting", lambda b, i: b.get("waiting", 0))
 

@@ -175,6 +175,23 @@ def test_one_usage_series_per_engine_is_not_a_split():
     assert not b.has("kv_cache_usage_split_mean")
 
 
+def test_hybrid_block_floor_is_named_when_nothing_hits():
+    """A 7,808-token block (case 027's hybrid page floor): a shared 2,048-token prefix never fills one block."""
+    b = _pages([{"vllm:prefix_cache_queries_total": 2048 * i, "vllm:prefix_cache_hits_total": 0,
+                 "vllm:kv_cache_usage_perc": 0.4} for i in range(8)])
+    b.add("block_size", 7808, "log:vllm.log:3")
+    derive(b)
+    derive_windows(b)
+    f = evaluate_rule(_rule("OK003"), b)
+    assert f.status == "fires"
+    assert "block_size is 7,808 tokens, raised for the hybrid model's state pages" in f.message
+    b16 = _pages([{"vllm:prefix_cache_queries_total": 2048 * i, "vllm:prefix_cache_hits_total": 0} for i in range(8)])
+    b16.add("block_size", 16, "log:vllm.log:3")
+    derive(b16)
+    derive_windows(b16)
+    assert "(16 tokens) — never shared, or shorter than a block" in evaluate_rule(_rule("OK003"), b16).message
+
+
 # --- the hit-rate traps ----------------------------------------------------------------------------------------------
 def _rule(rule_id: str):
     return next(r for r in load_rules() if r.id == rule_id)

@@ -11,7 +11,8 @@ with the ``vllm_`` names a Prometheus 2.x server stores (job "underscore"):
 * ``restart-quiet``: usage 96 %, counter 5000 falls to 0 and stays → healthy (the cumulative value 5000
   would wrongly say "preempting");
 * ``prefix-evict``: usage 30 %, hit rate 80 % then 5 %, sampled evictions after 3 s idle (--kv-cache-metrics) →
-  prefix_cache_eviction from the residency histogram, which PromQL reads.
+  prefix_cache_eviction from the residency histogram, which PromQL reads;
+* ``split-usage``: the usage gauge exported by 4 API-server processes, one carrying 65 % → healthy with the note.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ FLEET = {
                       "preempt_after_restart": 0},
     "prefix-evict": {"usage": [0.30], "waiting": 0, "running": 8, "hit_rate": [(0.0, 0.8), (0.5, 0.05)],
                      "evict_idle_s": 3.0},
+    "split-usage": {"usage": [0.65], "waiting": 0, "running": 8, "api_server_pids": 4},
 }
 EXPECTED = {"pressure": "capacity_pressure", "healthy-high": "healthy", "restart-pressure": "capacity_pressure",
-            "restart-quiet": "healthy", "prefix-evict": "prefix_cache_eviction"}
+            "restart-quiet": "healthy", "prefix-evict": "prefix_cache_eviction", "split-usage": "healthy"}
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +79,8 @@ def test_fleet_each_instance_classified(kvdiag, prom, job, port):
             assert pre["value"] == pytest.approx(59 + 3 * 59, rel=0.05)
         if name in ("healthy-high", "restart-quiet"):
             assert pre["value"] == 0
+        notes = {f["rule_id"] for f in inst["findings"] if f["status"] == "fires" and f["severity"] == "ok"}
+        assert ("OK004" in notes) == (name == "split-usage"), (name, notes)
         restarted = [n for n in inst["notes"] if "num_preemptions fell 1 time(s)" in n]
         assert bool(restarted) == name.startswith("restart-"), inst["notes"]
     # the top-level verdict is the worst server's; instances worst first
@@ -115,15 +119,21 @@ def test_fleet_window_signals_come_from_promql(prom):
     assert e.signal("kv_block_idle_before_evict_p50")["source"].iloc[0].startswith(
         "promql:histogram_quantile(0.5, kv_block_idle_before_evict_seconds_bucket[")
     assert not p.has("kv_block_idle_before_evict_count")             # no --kv-cache-metrics there
+    # the usage gauge split over 4 API-server pids: counted and averaged by PromQL, the max is the usage
+    s = got["split-usage:8000"]
+    assert s.signal("kv_cache_usage_series")["value"].tolist() == [4.0]
+    assert s.signal("kv_cache_usage_split_mean")["value"].tolist() == [pytest.approx(0.65 / 4)]
+    assert set(s.signal("kv_cache_usage")["value"]) == {0.65}
+    assert p.signal("kv_cache_usage_series")["value"].tolist() == [1.0]
 
 
 def test_fleet_text_report_ranks_servers_and_has_a_section_each(kvdiag, prom):
     res = _fleet(kvdiag, prom, "colon")
     lines = res.out.splitlines()
     assert lines[0].startswith("CRITICAL: capacity_pressure")
-    assert "3 of 5 server(s) with a problem" in lines[1]
-    ranking = lines[2:7]
-    assert [r.split()[0] for r in ranking] == ["CRITICAL", "CRITICAL", "WARNING", "OK", "OK"]
+    assert "3 of 6 server(s) with a problem" in lines[1]
+    ranking = lines[2:8]
+    assert [r.split()[0] for r in ranking] == ["CRITICAL", "CRITICAL", "WARNING", "OK", "OK", "OK"]
     assert ranking[2].split()[1:] == ["prefix-evict:8000", "prefix_cache_eviction"]
     for name in FLEET:
         assert any(line.startswith(f"=== {name}:8000 ") for line in lines)

@@ -410,6 +410,18 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         b.add("prefix_cache_hit_rate_early", e, f"promql:Δhits/Δqueries[{third}]@{iso(early_at)}", t=early_at)
         b.add("prefix_cache_hit_rate_late", lt, f"promql:Δhits/Δqueries[{third}]@{at_end}", t=end)
         b.add("prefix_cache_hit_rate_drop", e - lt, "derived: early − late, promql hit rates", t=end)
+    # the usage gauge split across API-server processes (label pid; vLLM PR 28792): series per engine at the end
+    usage_sel = series("kv_cache_usage_perc", sel)
+    n_series = {_inst(r): float(r["value"][1]) for r in client.query(
+        f"max by (instance) (count by (instance, engine) (group by (instance, engine, pid) ({usage_sel})))", end)}
+    split_mean = {_inst(r): float(r["value"][1]) for r in client.query(
+        f"max by (instance) (avg by (instance, engine) (max by (instance, engine, pid) ({usage_sel})))", end)}
+    for inst, n in n_series.items():
+        src = f"promql:count by (instance, engine) (kv_cache_usage_perc per pid)@{at_end}"
+        bundle(inst).add("kv_cache_usage_series", n, src, t=end)
+        if n > 1 and inst in split_mean:
+            bundle(inst).add("kv_cache_usage_split_mean", split_mean[inst],
+                             f"promql:avg by (instance, engine) (kv_cache_usage_perc per pid)@{at_end}", t=end)
     for r in client.query(f"last_over_time({series('cache_config_info', sel)}[{w}])", end):
         _cache_config(bundle(_inst(r)), r["metric"], f"promql:cache_config_info{{instance=\"{_inst(r)}\"}}@{at_end}",
                       end)
