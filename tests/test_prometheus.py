@@ -12,7 +12,8 @@ with the ``vllm_`` names a Prometheus 2.x server stores (job "underscore"):
   would wrongly say "preempting");
 * ``prefix-evict``: usage 30 %, hit rate 80 % then 5 %, sampled evictions after 3 s idle (--kv-cache-metrics) →
   prefix_cache_eviction from the residency histogram, which PromQL reads;
-* ``split-usage``: the usage gauge exported by 4 API-server processes, one carrying 65 % → healthy with the note.
+* ``split-usage``: the usage gauge exported by 4 API-server processes, one carrying 65 % → healthy with the note;
+* ``busy-misses``: usage 30 % then 90 %, hit rate 70 % then 10 % → prefix_cache_eviction, the split by load from PromQL.
 """
 
 from __future__ import annotations
@@ -35,9 +36,12 @@ FLEET = {
     "prefix-evict": {"usage": [0.30], "waiting": 0, "running": 8, "hit_rate": [(0.0, 0.8), (0.5, 0.05)],
                      "evict_idle_s": 3.0},
     "split-usage": {"usage": [0.65], "waiting": 0, "running": 8, "api_server_pids": 4},
+    "busy-misses": {"usage": [0.3] * 60 + [0.9] * 60, "waiting": 0, "running": 8,
+                    "hit_rate": [(0.0, 0.7), (0.5, 0.1)]},
 }
 EXPECTED = {"pressure": "capacity_pressure", "healthy-high": "healthy", "restart-pressure": "capacity_pressure",
-            "restart-quiet": "healthy", "prefix-evict": "prefix_cache_eviction", "split-usage": "healthy"}
+            "restart-quiet": "healthy", "prefix-evict": "prefix_cache_eviction", "split-usage": "healthy",
+            "busy-misses": "prefix_cache_eviction"}
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +85,9 @@ def test_fleet_each_instance_classified(kvdiag, prom, job, port):
             assert pre["value"] == 0
         notes = {f["rule_id"] for f in inst["findings"] if f["status"] == "fires" and f["severity"] == "ok"}
         assert ("OK004" in notes) == (name == "split-usage"), (name, notes)
+        status = {f["rule_id"]: f["status"] for f in inst["findings"]}
+        assert (status["PFX002"] == "fires") == (name == "busy-misses"), (name, status["PFX002"])
+        assert (status["PFX003"] == "fires") == (name == "prefix-evict"), (name, status["PFX003"])
         restarted = [n for n in inst["notes"] if "num_preemptions fell 1 time(s)" in n]
         assert bool(restarted) == name.startswith("restart-"), inst["notes"]
     # the top-level verdict is the worst server's; instances worst first
@@ -125,16 +132,23 @@ def test_fleet_window_signals_come_from_promql(prom):
     assert s.signal("kv_cache_usage_split_mean")["value"].tolist() == [pytest.approx(0.65 / 4)]
     assert set(s.signal("kv_cache_usage")["value"]) == {0.65}
     assert p.signal("kv_cache_usage_series")["value"].tolist() == [1.0]
+    # the hit rate split by KV usage, by PromQL: 70 % while usage was 30 %, 10 % while it was 90 %
+    m = got["busy-misses:8000"]
+    assert m.signal("prefix_cache_hit_rate_low_load")["value"].iloc[0] == pytest.approx(0.7, abs=0.03)
+    assert m.signal("prefix_cache_hit_rate_high_load")["value"].iloc[0] == pytest.approx(0.1, abs=0.03)
+    assert "where kv_cache_usage < 50%" in m.signal("prefix_cache_hit_rate_low_load")["source"].iloc[0]
+    assert not p.has("prefix_cache_hit_rate_low_load")               # pressure: always busy, no low-load side
 
 
 def test_fleet_text_report_ranks_servers_and_has_a_section_each(kvdiag, prom):
     res = _fleet(kvdiag, prom, "colon")
     lines = res.out.splitlines()
     assert lines[0].startswith("CRITICAL: capacity_pressure")
-    assert "3 of 6 server(s) with a problem" in lines[1]
-    ranking = lines[2:8]
-    assert [r.split()[0] for r in ranking] == ["CRITICAL", "CRITICAL", "WARNING", "OK", "OK", "OK"]
-    assert ranking[2].split()[1:] == ["prefix-evict:8000", "prefix_cache_eviction"]
+    assert "4 of 7 server(s) with a problem" in lines[1]
+    ranking = lines[2:9]
+    assert [r.split()[0] for r in ranking] == ["CRITICAL", "CRITICAL", "WARNING", "WARNING", "OK", "OK", "OK"]
+    assert sorted(tuple(r.split()[1:]) for r in ranking[2:4]) == [("busy-misses:8000", "prefix_cache_eviction"),
+                                                                   ("prefix-evict:8000", "prefix_cache_eviction")]
     for name in FLEET:
         assert any(line.startswith(f"=== {name}:8000 ") for line in lines)
 

@@ -24,6 +24,7 @@ import time
 from ..bundle import Bundle, InputInfo, iso
 from ..engine.model import parse_duration
 from ..errors import InputError, ScrapeError
+from ..derive_prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
 from ..signals import SIGNALS, WINDOW_HISTOGRAMS
 from ..windows import HIGH_USAGE
 from .logread import redact
@@ -410,6 +411,40 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         b.add("prefix_cache_hit_rate_early", e, f"promql:Δhits/Δqueries[{third}]@{iso(early_at)}", t=early_at)
         b.add("prefix_cache_hit_rate_late", lt, f"promql:Δhits/Δqueries[{third}]@{at_end}", t=end)
         b.add("prefix_cache_hit_rate_drop", e - lt, "derived: early − late, promql hit rates", t=end)
+    # the hit rate split by KV usage (PFX002): per-step increases summed where usage was low / high
+    s_rng = _dur(max(4 * step, 60.0))  # a window that always holds two samples; the overlap cancels in the ratios
+    sub = f"[{w}:{step:g}s]"
+
+    def summed(name: str, cond: str = "") -> str:
+        inc = f"sum by (instance) (increase({series(name, sel)}[{s_rng}]))"
+        if cond:
+            inc = f"({inc} and on (instance) (({usage}) {cond}))"
+        return f"sum_over_time({inc}{sub})"
+
+    sides = {}
+    for key, cond in (("low", f"< {LOW_LOAD}"), ("high", f">= {HIGH_LOAD}")):
+        rate = {_inst(r): float(r["value"][1]) for r in client.query(_alternatives(
+            [f"{summed(h, cond)} / {summed(q_, cond)}" for h, q_ in _HIT_PAIRS]), end)}
+        share = {_inst(r): float(r["value"][1]) for r in client.query(_alternatives(
+            [f"{summed(q_, cond)} / {summed(q_)}" for _h, q_ in _HIT_PAIRS]), end)}
+        sides[key] = {i: (v, share.get(i, math.nan)) for i, v in rate.items()}
+    for inst, (lo, lo_share) in sides["low"].items():
+        b = bundle(inst)
+        if math.isnan(lo) or not lo_share >= MIN_SHARE:
+            continue
+        lo = min(1.0, lo)
+        src = (f"promql:Σincrease(hits)/Σincrease(queries) where kv_cache_usage < {LOW_LOAD:.0%} "
+               f"({lo_share:.0%} of the queries){sub}@{at_end}")
+        b.add("prefix_cache_hit_rate_low_load", lo, src, t=end)
+        hi, hi_share = sides["high"].get(inst, (math.nan, math.nan))
+        if math.isnan(hi) or not hi_share >= MIN_SHARE:
+            continue
+        hi = min(1.0, hi)
+        b.add("prefix_cache_hit_rate_high_load", hi,
+              f"promql:Σincrease(hits)/Σincrease(queries) where kv_cache_usage ≥ {HIGH_LOAD:.0%} "
+              f"({hi_share:.0%} of the queries){sub}@{at_end}", t=end)
+        b.add("prefix_cache_hit_rate_load_drop", lo - hi, f"derived: {lo:.1%} at low load − {hi:.1%} at high load, "
+                                                          "promql", t=end)
     # the usage gauge split across API-server processes (label pid; vLLM PR 28792): series per engine at the end
     usage_sel = series("kv_cache_usage_perc", sel)
     n_series = {_inst(r): float(r["value"][1]) for r in client.query(
