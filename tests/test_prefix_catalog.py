@@ -359,3 +359,22 @@ def test_live_evictions_with_a_steady_hit_rate_are_not_prefix_eviction(kvdiag):
     assert rep["verdict"]["primary"] == "healthy", rep["verdict"]
     f = next(x for x in rep["findings"] if x["rule_id"] == "PFX003")
     assert f["status"] == "quiet" and "eviction is not costing hits" in f["message"]
+
+
+# --- the same run, two inputs: the log and the /metrics pages agree -----------------------------------------------------
+@pytest.mark.parametrize("run", ["vllm033_pressure", "vllm033_quiet"])
+def test_log_and_metrics_give_the_same_retention_and_low_load_hit_rate(run):
+    """vLLM 0.33 writes both: the stats line (rolling hit rate, throughputs) and the counters. The retention estimate
+    from the log's throughputs and from the counters' increases agree within 5 %; so do the low-load hit rates."""
+    from kvdiag.collect.logs import read_logs
+
+    m = _series_bundle(run)
+    lg = Bundle()
+    read_logs(lg, [str(SERIES / run / "vllm.log")])
+    derive(lg)
+    derive_windows(lg)
+    assert _value(lg, "prefix_cache_retention_seconds") == pytest.approx(_value(m, "prefix_cache_retention_seconds"),
+                                                                         rel=0.05)
+    assert lg.signal("prefix_cache_retention_seconds")["source"].iloc[0].count("log:vllm.log:") >= 1
+    assert _value(lg, "prefix_cache_hit_rate_low_load") == pytest.approx(_value(m, "prefix_cache_hit_rate_low_load"),
+                                                                         abs=0.02)
