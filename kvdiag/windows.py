@@ -14,6 +14,7 @@ rank in the ``+Inf`` bucket returns the highest finite bound).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -87,8 +88,18 @@ def time_above(t: list[float] | np.ndarray, values: list[float] | np.ndarray, th
     return float(dt[v[:-1] >= threshold].sum()), float(t[-1] - t[0])
 
 
+_LE = re.compile(r'le="[^"]*",?')
+
+
 def _span(rows: pd.DataFrame) -> str:
     return f"{rows['source'].iloc[0]} .. {rows['source'].iloc[-1]}"
+
+
+def _bucket_span(rows: pd.DataFrame) -> str:
+    """The span of a histogram's bucket series, named once: ``NAME_bucket{labels without le}@FIRST .. @LAST``."""
+    first, last = _LE.sub("", rows["source"].iloc[0]), _LE.sub("", rows["source"].iloc[-1])
+    at = last.rfind("@")
+    return f"{first} .. {last[at:]}" if at > 0 and first.rfind("@") > 0 else f"{first} .. {last}"
 
 
 def derive_windows(bundle: Bundle) -> None:
@@ -126,7 +137,7 @@ def derive_windows(bundle: Bundle) -> None:
                 val = histogram_quantile(q, bounds, incs)
                 if not math.isnan(val):
                     bundle.add(f"{stem}_{suffix}", val,
-                               f"derived: histogram_quantile({q}) of bucket increases over {_span(b_rows)}")
+                               f"derived: histogram_quantile({q}) of bucket increases over {_bucket_span(b_rows)}")
     if not bundle.has("prefix_cache_hit_rate_window"):
         q = bundle.signal("prefix_cache_queries").sort_values("seq")
         h = bundle.signal("prefix_cache_hits").sort_values("seq")

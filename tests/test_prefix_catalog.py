@@ -344,6 +344,10 @@ def test_live_measured_evictions_with_a_falling_hit_rate_at_low_usage_is_prefix_
     assert 1.0 <= ev["kv_block_idle_before_evict_p50"]["value"] <= 2.0   # inside the (1, 2] bucket holding 2.0
     assert ev["kv_block_idle_before_evict_count"]["value"] > 0
     assert "vllm:kv_block_idle_before_evict_seconds_count" in ev["kv_block_idle_before_evict_count"]["source"]
+    p50_src = ev["kv_block_idle_before_evict_p50"]["source"]
+    assert p50_src.startswith("derived: histogram_quantile(0.5) of bucket increases over "
+                              "metric:vllm:kv_block_idle_before_evict_seconds_bucket{engine=\"0\",model_name=")
+    assert "le=" not in p50_src
     assert ev["prefix_cache_hit_rate_early"]["value"] > 0.5 > ev["prefix_cache_hit_rate_late"]["value"]
     status = {x["rule_id"]: x["status"] for x in rep["findings"]}
     assert status["PFX001"] == "quiet"            # the usage proxy alone would have missed it (usage 25 %)
@@ -358,7 +362,8 @@ def test_live_evictions_with_a_steady_hit_rate_are_not_prefix_eviction(kvdiag):
     rep = res.json()
     assert rep["verdict"]["primary"] == "healthy", rep["verdict"]
     f = next(x for x in rep["findings"] if x["rule_id"] == "PFX003")
-    assert f["status"] == "quiet" and "eviction is not costing hits" in f["message"]
+    assert f["status"] == "quiet" and "not evictions with a fall of 10 points or more" in f["message"]
+    assert "hit rate 70.0% early, 70.0% late" in f["message"]
 
 
 # --- the same run, two inputs: the log and the /metrics pages agree -----------------------------------------------------

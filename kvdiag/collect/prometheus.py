@@ -412,8 +412,11 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         b.add("prefix_cache_hit_rate_late", lt, f"promql:Δhits/Δqueries[{third}]@{at_end}", t=end)
         b.add("prefix_cache_hit_rate_drop", e - lt, "derived: early − late, promql hit rates", t=end)
     # the hit rate split by KV usage (PFX002): per-step increases summed where usage was low / high
-    s_rng = _dur(max(4 * step, 60.0))  # a window that always holds two samples; the overlap cancels in the ratios
-    sub = f"[{w}:{step:g}s]"
+    # at most ~500 sub-steps: the split needs minutes, not the gauge resolution; each increase window spans four
+    # sub-steps (always two samples), and the overlap cancels in the ratios
+    sub_step = max(step, math.ceil(window / 500))
+    s_rng = _dur(max(4 * sub_step, 60.0))
+    sub = f"[{w}:{sub_step:g}s]"
 
     def summed(name: str, cond: str = "") -> str:
         inc = f"sum by (instance) (increase({series(name, sel)}[{s_rng}]))"
