@@ -104,10 +104,12 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
 
 
 def restart_notes(bundle: Bundle) -> list[str]:
-    """One note per counter that fell in the window (a restart): increases were counted from zero after it."""
+    """One note per counter that fell in the window (a restart): increases were counted from zero after it; and one
+    per derived value refused as impossible (hits above queries, negative seconds, …)."""
     rows = bundle.signal("counter_resets")
     return [f"{r.text or 'a counter'} fell {r.value:.0f} time(s) in the window (server restarted?); its increase "
-            f"counts from zero after each fall, never last − first ({r.source})" for r in rows.itertuples()]
+            f"counts from zero after each fall, never last − first ({r.source})" for r in rows.itertuples()] + \
+        list(dict.fromkeys(bundle.skipped_derived))[:20]
 
 
 def _judge(rules, bundle: Bundle):
@@ -126,6 +128,9 @@ def _guard(v, bundle: Bundle):
     from .collect.metrics import KEY_SIGNALS
 
     dropped = getattr(bundle, "dropped_values", None) or {}
+    if v.primary == "healthy" and bundle.skipped_derived and not any(s in dropped for s in KEY_SIGNALS):
+        return replace(v, confidence="low", summary=v.summary + " Some derived values were impossible (e.g. prefix "
+                                                                "hits above queries) and not used (see the notes).")
     if v.primary != "healthy" or not any(s in dropped for s in KEY_SIGNALS):
         return v
     lost = [s for s in KEY_SIGNALS if s in dropped and not bundle.has(s)]

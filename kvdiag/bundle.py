@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .signals import SIGNALS
+from .signals import SIGNALS, checks_derived_domain, derived_domain_error
 
 OBS_COLUMNS = ["signal", "t", "seq", "value", "text", "source", "segment"]
 
@@ -74,6 +74,7 @@ class Bundle:
         self._by_signal: dict[str, list[tuple]] = {}
         self._sig_frames: dict[str, pd.DataFrame] = {}
         self._memo: dict = {}
+        self.skipped_derived: list[str] = []  # derived values refused as impossible (a note each in the report)
 
     def add(self, signal: str, value: float | None, source: str, *, t: float | None = None,
             text: str = "", segment: int = 0) -> None:
@@ -85,6 +86,11 @@ class Bundle:
         if signal not in SIGNALS:
             raise KeyError(f"unknown signal {signal!r}")
         v = math.nan if value is None else float(value)
+        if value is not None and checks_derived_domain(signal):
+            why = derived_domain_error(signal, v)
+            if why:  # impossible inputs made an impossible result: say so, never judge on it
+                self.skipped_derived.append(f"{signal} = {v:.6g} not used: {why} ({source[:300]})")
+                return
         row = (signal, math.nan if t is None else float(t), self._seq, v, text, source, segment)
         self._rows.append(row)
         rows = self._by_signal.get(signal)

@@ -151,6 +151,8 @@ def oom_phase(df: pd.DataFrame, oom: pd.Series) -> tuple[str, str]:
 
 def _oom_phases(bundle: Bundle) -> None:
     """``cuda_oom_phase``: every ``cuda_oom`` again, with the phase settled by :func:`oom_phase`."""
+    if not bundle.has("cuda_oom"):
+        return
     df = bundle.frame()
     for _, row in df[df["signal"] == "cuda_oom"].iterrows():
         phase, why = oom_phase(df, row)
@@ -164,6 +166,8 @@ def _startup_crashes(bundle: Bundle) -> None:
     weights, sized no KV pool, served nothing and printed no failure kvdiag knows (no OOM text, no KV-capacity
     error). In every vLLM version the step after loading the weights is the profile run, so that is where it died.
     """
+    if not bundle.has("python_traceback"):
+        return
     df = bundle.frame()
     for seg, rows in df[df["signal"] == "python_traceback"].groupby("segment"):
         in_seg = df[df["segment"] == seg]
@@ -179,7 +183,6 @@ def _startup_crashes(bundle: Bundle) -> None:
 def _shares(bundle: Bundle) -> None:
     """Memory shares: other processes at the OOM, CUDA-graph estimate and activation peak vs the budget, and the
     hybrid-model check of the printed KV size against the concurrency line."""
-    df = bundle.frame()
     total = _last(bundle, "gpu_total_bytes")
     other = bundle.signal("oom_other_processes_bytes").dropna(subset=["value"])
     if total and total[0] > 0 and not other.empty:
@@ -210,7 +213,7 @@ def _shares(bundle: Bundle) -> None:
                    f"derived: KV cache size {size[0]:,.0f} tokens ({size[1]}) / {tokens:,.0f} tokens "
                    f"(concurrency {conc[1]})")
     util = _last(bundle, "gpu_memory_utilization")
-    ooms = df[df["signal"] == "cuda_oom"].dropna(subset=["value"])
+    ooms = bundle.signal("cuda_oom").dropna(subset=["value"])
     free = _last(bundle, "oom_free_bytes")
     if util and total and total[0] > 0 and not ooms.empty and free:
         tried = float(ooms["value"].iloc[-1])
@@ -220,7 +223,7 @@ def _shares(bundle: Bundle) -> None:
                    f"GiB, {ooms['source'].iloc[-1]}) / GPU {total[0] / 2**30:.2f} GiB − 0.01, rounded down")
     cfg = bundle.model_config or {}
     vocab = (cfg.get("text_config") or {}).get("vocab_size") or cfg.get("vocab_size")
-    phases = df[(df["signal"] == "cuda_oom")]
+    phases = bundle.signal("cuda_oom")
     if vocab and not phases.empty:
         row = phases.iloc[-1]
         bundle.add("sampler_warmup_rows", float(row["value"]) / (int(vocab) * 4),
@@ -273,4 +276,5 @@ def derive(bundle: Bundle) -> None:
         early, late, src = rates
         bundle.add("prefix_cache_hit_rate_early", early, f"derived: first third of window, {src}")
         bundle.add("prefix_cache_hit_rate_late", late, f"derived: last third of window, {src}")
-        bundle.add("prefix_cache_hit_rate_drop", early - late, f"derived: early − late, {src}")
+        if 0 <= early <= 1 and 0 <= late <= 1:  # else the two above were refused (hits above queries) and noted
+            bundle.add("prefix_cache_hit_rate_drop", early - late, f"derived: early − late, {src}")

@@ -32,6 +32,8 @@ LOW_LOAD = 0.50
 """kv_cache_usage below this: the pool had room, cached prefixes were rarely evicted."""
 HIGH_LOAD = 0.80
 """kv_cache_usage at or above this: allocations consume the free queue, cached prefixes are recycled."""
+MAX_MEAN_TOKENS = 1e8
+"""Mean request length beyond which the length histograms are not believed when max_model_len is unknown."""
 MIN_SHARE = 0.10
 """Each side of the load split needs at least this share of the window's prefix-cache queries."""
 
@@ -79,7 +81,7 @@ def hit_rate_by_load(queries: np.ndarray, hits: np.ndarray, usage: np.ndarray,
     for mask in (ok & (mid < low), ok & (mid >= high)):
         q = dq[mask].sum()
         share = q / total if total > 0 else 0.0
-        out.append((min(1.0, dh[mask].sum() / q) if q > 0 and share >= min_share else math.nan, share))
+        out.append((dh[mask].sum() / q if q > 0 and share >= min_share else math.nan, share))
     return out[0][0], out[1][0], out[0][1], out[1][1]
 
 
@@ -95,7 +97,8 @@ def rolling_rate_by_load(rate: np.ndarray, usage: np.ndarray, low: float = LOW_L
     return (float(lo.mean()) if len(lo) >= 2 else math.nan, float(hi.mean()) if len(hi) >= 2 else math.nan)
 
 
-def decumulate(cumulative_rate: np.ndarray, cumulative_queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def decumulate(cumulative_rate: np.ndarray, cumulative_queries: np.ndarray,
+               min_growth: float = 0.002) -> tuple[np.ndarray, np.ndarray]:
     """Window hit rates from a hit rate that is cumulative since start (V0).
 
     With ``r(t) = H(t) / Q(t)``, the rate between two samples is ``(r_b·Q_b − r_a·Q_a) / (Q_b − Q_a)``. ``Q`` may be
@@ -107,15 +110,19 @@ def decumulate(cumulative_rate: np.ndarray, cumulative_queries: np.ndarray) -> t
         cumulative_queries: Q at each sample (any unit, non-decreasing), shape (n,).
 
     Returns:
-        ``(rates, weights)``, shape (n − 1,): the hit rate of each interval (clipped to 0..1, NaN where Q did not
-        grow) and its ΔQ.
+        ``(rates, weights)``, shape (n − 1,): the hit rate of each interval and its ΔQ. An interval is unusable
+        (rate NaN, weight 0) when Q did not grow, when it grew by less than ``min_growth`` of Q (the gauge's
+        rounding would dominate), or when the implied Δhits falls outside 0..ΔQ by more than 1 % (the two series do
+        not belong together: a restart of one, or a gauge that is not cumulative).
     """
     r, q = np.asarray(cumulative_rate, dtype=float), np.asarray(cumulative_queries, dtype=float)
     hq = r * q
     dq = np.diff(q)
+    dh = np.diff(hq)
+    usable = (dq > 0) & (dq >= min_growth * q[1:]) & (dh >= -0.01 * dq) & (dh <= 1.01 * dq)
     with np.errstate(divide="ignore", invalid="ignore"):
-        rates = np.where(dq > 0, np.diff(hq) / dq, np.nan)
-    return np.clip(rates, 0.0, 1.0), np.where(dq > 0, dq, 0.0)
+        rates = np.where(usable, np.clip(dh / dq, 0.0, 1.0), np.nan)
+    return rates, np.where(usable, dq, 0.0)
 
 
 def retention_seconds(pool_tokens: float, mean_usage: float, alloc_tokens_per_s: float) -> float:
@@ -174,12 +181,13 @@ def _aligned(bundle: Bundle, names: tuple[str, ...]) -> pd.DataFrame:
     """The named signals side by side on their common instants (columns = names, plus ``_t`` = time or NaN and
     ``_src`` = the first name's source), in arrival order. Instants are times, or pages for timeless pages."""
     out = None
-    for n in names:
-        rows = bundle.signal(n).dropna(subset=["value"])
-        if rows.empty:
-            return pd.DataFrame(columns=[*names, "_t", "_src"])
-        rows = rows.assign(_key=_instant(rows).astype(str))
-        last = rows.groupby("_key", sort=False).last()
+    frames = [bundle.signal(n).dropna(subset=["value"]) for n in names]
+    if any(f.empty for f in frames):
+        return pd.DataFrame(columns=[*names, "_t", "_src"])
+    timed = all(f["t"].notna().all() for f in frames)  # one kind of key for every column, or nothing joins
+    for n, rows in zip(names, frames):
+        key = rows["t"] if timed else _instant(rows).astype(str)
+        last = rows.assign(_key=key).groupby("_key", sort=False).last()
         col = last["value"].rename(n)
         if out is None:
             out = col.to_frame()
@@ -203,8 +211,11 @@ def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
 
 
 def _load_split(bundle: Bundle) -> None:
-    if bundle.has("prefix_cache_hit_rate_low_load"):
+    if bundle.has("prefix_cache_hit_rate_low_load") or not bundle.has("kv_cache_usage"):
         return
+    counters = len(bundle.signal("prefix_cache_queries")) >= 3 and len(bundle.signal("prefix_cache_hits")) >= 3
+    if not counters and len(bundle.signal("prefix_cache_hit_rate")) < 4:
+        return  # a Prometheus window gives start/end increases only; its load split comes from PromQL
     df = _aligned(bundle, ("prefix_cache_queries", "prefix_cache_hits", "kv_cache_usage"))
     if len(df) >= 3:
         lo, hi, s_lo, s_hi = hit_rate_by_load(df["prefix_cache_queries"].to_numpy(),
@@ -226,7 +237,7 @@ def _load_split(bundle: Bundle) -> None:
     if not math.isnan(hi):
         bundle.add("prefix_cache_hit_rate_high_load", hi,
                    f"derived: {how} where kv_cache_usage ≥ {HIGH_LOAD:.0%}{share(s_hi)}, {span}")
-    if not (math.isnan(lo) or math.isnan(hi)):
+    if 0 <= lo <= 1 and 0 <= hi <= 1:  # NaN, or a rate refused as impossible: no difference either
         bundle.add("prefix_cache_hit_rate_load_drop", lo - hi,
                    f"derived: {lo:.1%} at low load − {hi:.1%} at high load, {span}")
 
@@ -266,7 +277,11 @@ def _cumulative_thirds(bundle: Bundle) -> None:
             bundle.add("prefix_cache_hit_rate_early", early, f"derived: first third of window, {how}, {src}")
             bundle.add("prefix_cache_hit_rate_late", late, f"derived: last third of window, {how}, {src}")
             bundle.add("prefix_cache_hit_rate_drop", early - late, f"derived: early − late, {how}, {src}")
-            return
+        else:  # the gauge and the queries disagree (or barely moved): no rate from them, and none from the raw gauge
+            bundle.skipped_derived.append(
+                f"prefix_cache_hit_rate_early/late not derived: the V0 cumulative hit rate and the prompt tokens do "
+                f"not fit together in the first or last third of the window ({src})")
+        return
     v = g["value"].to_numpy(dtype=float)
     k = max(1, len(v) // 3)
     early, late = float(v[k - 1]), float(v[-1])
@@ -344,6 +359,12 @@ def _demand(bundle: Bundle) -> None:
     p, g = _last(bundle, "request_prompt_tokens_mean"), _last(bundle, "request_generation_tokens_mean")
     pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
     if not (p and g) or not bundle.has("num_requests_running"):
+        return
+    mml = _last(bundle, "max_model_len")
+    limit = mml[0] if mml and mml[0] > 0 else MAX_MEAN_TOKENS
+    if not (0 <= p[0] <= limit and 0 <= g[0] <= limit):
+        bundle.skipped_derived.append(f"kv_demand_tokens not estimated: mean prompt {p[0]:.6g} / output {g[0]:.6g} "
+                                      f"tokens is not a length one request can have (at most {limit:,.0f})")
         return
     df = _aligned(bundle, ("num_requests_running", "num_requests_waiting"))
     if df.empty:

@@ -9,6 +9,8 @@ Sources are cited as in ``shared/reference/vllm-observability.md`` (§1 metrics,
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 
@@ -374,7 +376,8 @@ _WINDOW_SIGNALS += [
     Signal("kv_demand_tokens", "fact", "tokens",
            "peak KV demand estimated from the length histograms: running × (mean prompt + mean output / 2) + "
            "waiting × mean prompt (derived; shared prefixes counted per request, so an upper estimate)"),
-    Signal("kv_demand_ratio", "fact", "ratio", "kv_demand_tokens / the pool in tokens (derived; may exceed 1)"),
+    Signal("kv_demand_ratio", "fact", "x", "kv_demand_tokens / the pool in tokens, times the pool (derived; 1.0x = the "
+                                          "pool exactly)"),
     Signal("hybrid_block_size", "fact", "tokens",
            "block_size when it is above 128 tokens: only hybrid models' page alignment raises it that far (MLA forces "
            "64 or 128), so a shared prefix shorter than this is never cached (derived; reference §3, K10)"),
@@ -502,3 +505,31 @@ def classify_metric(name: str) -> tuple[str, str]:
     if base in IGNORED_METRICS:
         return "ignored", IGNORED_METRICS[base]
     return "unknown", ""
+
+
+_CHECKED_DERIVED = {"prefix_cache_retention_seconds", "kv_block_alloc_tokens_per_second", "kv_demand_tokens",
+                    "kv_demand_ratio", "kv_fit_requests", "hybrid_block_size", "prefix_cache_readmission_preemptions"}
+
+
+def checks_derived_domain(name: str) -> bool:
+    """Is ``name`` a derived signal whose value :func:`derived_domain_error` vets before it is stored?"""
+    return (name.startswith("prefix_cache_hit_rate") and name != "prefix_cache_hit_rate"
+            and name != "prefix_cache_hit_rate_cumulative") or name.endswith(("_p50", "_p95", "_mean")) \
+        or name in _CHECKED_DERIVED
+
+
+def derived_domain_error(name: str, value: float) -> str:
+    """Why a derived value cannot be a value of signal ``name`` ('' when it can).
+
+    Non-finite values never; a hit rate (``prefix_cache_hit_rate*`` except the ``*_drop`` differences, which may be
+    negative) must lie in 0..1 — hits above queries mean the counters are not what vLLM exports; seconds, tokens,
+    blocks, requests and tokens/s are not negative.
+    """
+    if not math.isfinite(value):
+        return "not a finite number"
+    if name.startswith("prefix_cache_hit_rate") and not name.endswith("_drop") and not -1e-9 <= value <= 1 + 1e-9:
+        return "a hit rate outside 0-100 % (hits above queries, or a falling counter)"
+    spec = SIGNALS.get(name)
+    if spec is not None and spec.unit in ("seconds", "tokens", "blocks", "requests", "tokens/s") and value < 0:
+        return f"negative {spec.unit}"
+    return ""

@@ -223,10 +223,15 @@ class LogCollector:
             info.notes.append(f"{len(self._engines)} engines (data parallel): KV usage by max, counts by sum")
         if info.skipped:
             info.notes.append(f"skipped {info.skipped} editorial note line(s) starting '# ['")
+        if self._out_of_domain:
+            info.notes.append(f"{self._out_of_domain} stats-line value(s) out of their domain (negative, or a "
+                              "percentage above 100) skipped")
+            self._out_of_domain = 0
         self.bundle.inputs.append(info)
         return info
 
     _skipped = 0
+    _out_of_domain = 0  # stats-line values skipped as impossible, this file
     _headers = 0  # lines of the current file with a vLLM log header
     _close_tb = False
     _day_key: tuple = ()
@@ -461,7 +466,11 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
             x = float(rest.split(" ", 1)[0].rstrip("%."))
         except ValueError:
             continue
-        if not math.isfinite(x):
+        if not math.isfinite(x) or x < 0 or (name.endswith(("KV cache usage", "hit rate")) and x > 100.0 + 1e-6):
+            c._out_of_domain += 1  # a negative count, or a percentage above 100: not a value vLLM prints
+            dropped = c.bundle.__dict__.setdefault("dropped_values", {})
+            key = "kv_cache_usage" if name.endswith("KV cache usage") else _STATS_SIGNAL[name][0]
+            dropped[key] = dropped.get(key, 0) + 1
             continue
         if name.endswith("KV cache usage"):
             if name.startswith("CPU") and v0_swap:
@@ -494,7 +503,11 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _v0_prefix_rate(c: LogCollector, m: re.Match, line: Line) -> None:
     """V0 separate record 'Prefix cache hit rate: GPU: x%, CPU: y%' (cumulative since start)."""
-    c._add("prefix_cache_hit_rate_cumulative", float(m.group(1)) / 100.0, line)
+    x = float(m.group(1))
+    if not 0.0 <= x <= 100.0:  # the regex admits digits and dots only; a percentage above 100 is not vLLM's
+        c._out_of_domain += 1
+        return
+    c._add("prefix_cache_hit_rate_cumulative", x / 100.0, line)
 
 
 def _preempt(c: LogCollector, m: re.Match, line: Line) -> None:

@@ -123,6 +123,7 @@ class PageInfo:
     engines: set = field(default_factory=set)
     models: set = field(default_factory=set)
     prefix_unit_blocks: bool = False
+    prefix_unscaled: bool = False  # block counters left in blocks: no usable block_size on the page
     dropped: dict = field(default_factory=dict)  # "signal: why" -> count of values out of the signal's domain
     duplicates: int = 0  # samples repeating a series (same name and labels) of the same instant
 
@@ -139,8 +140,11 @@ class PageInfo:
                        "usage by max, counts by sum")
         if len(self.models) > 1:
             out.append(f"{len(self.models)} model names ({', '.join(sorted(self.models))}) combined")
-        if self.prefix_unit_blocks:
+        if self.prefix_unit_blocks and not self.prefix_unscaled:
             out.append("prefix-cache counters counted blocks (vLLM V1 0.7-0.8): scaled by block_size to tokens")
+        elif self.prefix_unit_blocks:
+            out.append("prefix-cache counters counted blocks (vLLM V1 0.7-0.8) and the page has no usable "
+                       "block_size: left in blocks (hit rates are still right)")
         return out
 
 
@@ -199,11 +203,12 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
             at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
             how, what = classify_metric(name)
             if how == "facts":
-                _cache_config(bundle, s.labels, f"metric:{name}{at}", ts)
+                _cache_config(bundle, s.labels, f"metric:{name}{at}", ts, info)
                 bs = s.labels.get("block_size")
                 if bs not in (None, "None", ""):
                     try:
-                        page_block_size = float(bs)
+                        if _plausible_fact("block_size", float(bs)):
+                            page_block_size = float(bs)
                     except ValueError:
                         pass
                 continue
@@ -262,6 +267,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     for (signal, text, ts), (value, src, _rank, base) in combined.items():
         if base.startswith("gpu_prefix_cache_") and not has_new_usage:
             info.prefix_unit_blocks = True
+            info.prefix_unscaled = info.prefix_unscaled or not page_block_size
             if page_block_size:
                 value *= page_block_size
                 src += f" × block_size {page_block_size:.0f} (blocks in vLLM 0.7-0.8)"
@@ -275,19 +281,21 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
         done.add((engine, ts))
         vals = list(per_pid.values())
         at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
-        eng = f"engine={engine}," if engine else ""
+        labels = {"engine": engine} if engine else {}
         if len(vals) < 2:
-            bundle.add("kv_cache_usage_series", 1.0, f"metric:{VLLM_PREFIXES[1]}{base}{{{eng}one series}}{at}", t=ts)
+            bundle.add("kv_cache_usage_series", 1.0, f"metric:{VLLM_PREFIXES[1]}{base}{_fmt_labels(labels)}{at} "
+                                                     "(one series)", t=ts)
             continue
-        pids = ",".join(sorted(per_pid)[:8]) + ("…" if len(per_pid) > 8 else "")
-        src = f"metric:{VLLM_PREFIXES[1]}{base}{{{eng}pid={pids}}}{at}"
+        shown = [p if len(p) <= 24 else p[:24] + "…" for p in sorted(per_pid)[:8]]
+        labels["pid"] = " ".join(shown) + (f" … ({len(per_pid)} pids)" if len(per_pid) > 8 else "")
+        src = f"metric:{VLLM_PREFIXES[1]}{base}{_fmt_labels(labels)}{at}"
         zero = sum(1 for v in vals if v == 0)
         bundle.add("kv_cache_usage_series", float(len(vals)), src, t=ts, text=f"{zero} of {len(vals)} read 0")
         bundle.add("kv_cache_usage_split_mean", sum(vals) / len(vals), src + " (mean over the pid series)", t=ts)
     return len(bundle) - before
 
 
-def _cache_config(bundle: Bundle, labels: dict, src: str, t: float | None) -> None:
+def _cache_config(bundle: Bundle, labels: dict, src: str, t: float | None, info: PageInfo | None = None) -> None:
     """``vllm:cache_config_info`` labels → facts (label values are Python ``str()``; ``"None"`` = unset)."""
     for label, signal in CACHE_CONFIG_LABELS.items():
         raw = labels.get(label)
@@ -299,9 +307,35 @@ def _cache_config(bundle: Bundle, labels: dict, src: str, t: float | None) -> No
             bundle.add(signal, 1.0 if raw == "True" else 0.0, src, t=t)
         else:
             try:
-                bundle.add(signal, float(raw), src, t=t)
+                value = float(raw)
             except ValueError:
                 continue
+            if not _plausible_fact(signal, value):
+                dropped = bundle.__dict__.setdefault("dropped_values", {})
+                dropped[signal] = dropped.get(signal, 0) + 1
+                if info is not None:
+                    key = f"cache_config_info {label}={raw[:20]!r}: not a possible {signal}"
+                    info.dropped[key] = info.dropped.get(key, 0) + 1
+                continue
+            bundle.add(signal, value, src, t=t)
+
+
+MAX_BLOCK_SIZE_TOKENS = 1 << 20
+"""Largest block_size kvdiag believes (hybrid page alignment reaches thousands of tokens, never a million)."""
+
+
+def _plausible_fact(signal: str, value: float) -> bool:
+    """Can a ``cache_config_info`` label value be this fact? Finite; block_size a whole number 1..2^20; counts whole
+    and not negative; gpu_memory_utilization in (0, 1]; everything else not negative."""
+    if not math.isfinite(value):
+        return False
+    if signal == "block_size":
+        return value == int(value) and 1 <= value <= MAX_BLOCK_SIZE_TOKENS
+    if signal in ("num_gpu_blocks", "num_cpu_blocks"):
+        return value == int(value) and value >= 0
+    if signal == "gpu_memory_utilization":
+        return 0 < value <= 1
+    return value >= 0
 
 
 _SAMPLE = re.compile(r"^(?P<series>[^\s{]+(?:\{.*\})?)\s+(?P<value>\S+)(?:\s+(?P<ts>\S+))?\s*$")

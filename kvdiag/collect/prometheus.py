@@ -410,7 +410,8 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         b = bundle(inst)
         b.add("prefix_cache_hit_rate_early", e, f"promql:Δhits/Δqueries[{third}]@{iso(early_at)}", t=early_at)
         b.add("prefix_cache_hit_rate_late", lt, f"promql:Δhits/Δqueries[{third}]@{at_end}", t=end)
-        b.add("prefix_cache_hit_rate_drop", e - lt, "derived: early − late, promql hit rates", t=end)
+        if 0 <= e <= 1 and 0 <= lt <= 1:
+            b.add("prefix_cache_hit_rate_drop", e - lt, "derived: early − late, promql hit rates", t=end)
     # the hit rate split by KV usage (PFX002): per-step increases summed where usage was low / high
     # at most ~500 sub-steps: the split needs minutes, not the gauge resolution; each increase window spans four
     # sub-steps (always two samples), and the overlap cancels in the ratios
@@ -435,14 +436,15 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         b = bundle(inst)
         if math.isnan(lo) or not lo_share >= MIN_SHARE:
             continue
-        lo = min(1.0, lo)
         src = (f"promql:Σincrease(hits)/Σincrease(queries) where kv_cache_usage < {LOW_LOAD:.0%} "
                f"({lo_share:.0%} of the queries){sub}@{at_end}")
         b.add("prefix_cache_hit_rate_low_load", lo, src, t=end)
         hi, hi_share = sides["high"].get(inst, (math.nan, math.nan))
         if math.isnan(hi) or not hi_share >= MIN_SHARE:
             continue
-        hi = min(1.0, hi)
+        if not (0 <= lo <= 1 and 0 <= hi <= 1):  # hits above queries: the rates are refused (and noted) below
+            b.add("prefix_cache_hit_rate_high_load", hi, "promql:hit rate at high load", t=end)
+            continue
         b.add("prefix_cache_hit_rate_high_load", hi,
               f"promql:Σincrease(hits)/Σincrease(queries) where kv_cache_usage ≥ {HIGH_LOAD:.0%} "
               f"({hi_share:.0%} of the queries){sub}@{at_end}", t=end)
