@@ -383,3 +383,25 @@ def test_log_and_metrics_give_the_same_retention_and_low_load_hit_rate(run):
     assert lg.signal("prefix_cache_retention_seconds")["source"].iloc[0].count("log:vllm.log:") >= 1
     assert _value(lg, "prefix_cache_hit_rate_low_load") == pytest.approx(_value(m, "prefix_cache_hit_rate_low_load"),
                                                                          abs=0.02)
+
+
+@pytest.mark.parametrize("run", ["vllm033_pressure", "vllm033_quiet"])
+def test_every_number_from_pages_names_its_metric_and_the_report_fits_the_schema(run, kvdiag):
+    """Must-show 3 for /metrics input: every evidence item of every finding (firing or counter-evidence) quotes the
+    metric it came from — directly (``metric:NAME{labels} in FILE``) or inside its derivation."""
+    from pathlib import Path
+
+    import jsonschema
+
+    import kvdiag.report as report_pkg
+
+    schema = json.loads((Path(report_pkg.__file__).parent / "report.schema.json").read_text())
+    pages = sorted((SERIES / run / "metrics").glob("*.prom"))
+    rep = kvdiag("analyze", *[a for p in pages for a in ("--metrics-file", str(p))], "--format", "json").json()
+    jsonschema.validate(rep, schema)
+    n = 0
+    for f in rep["findings"]:
+        for e in f["evidence"]:
+            assert "metric:vllm:" in e["source"] and f"{run}/metrics/" in e["source"], (f["rule_id"], e)
+            n += 1
+    assert n >= 20
