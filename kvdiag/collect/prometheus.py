@@ -51,6 +51,10 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     # sampled evictions of cached blocks (--kv-cache-metrics, 0.16+): PFX003's direct evidence
     "kv_block_idle_before_evict_count": ("kv_block_idle_before_evict_seconds_count",),
 }
+#: Window facts a fleet query asks for, where not all three (mean, p50, p95): the residency histograms are evidence
+#: beside PFX003, which needs only the idle median (and the count, a counter above).
+_FLEET_HISTOGRAM_FACTS = {"kv_block_lifetime_seconds": ("p50",), "kv_block_reuse_gap_seconds": ("p50",),
+                          "kv_block_idle_before_evict_seconds": ("p50", "p95")}
 _HIT_PAIRS = (("prefix_cache_hits_total", "prefix_cache_queries_total"),
               ("gpu_prefix_cache_hits_total", "gpu_prefix_cache_queries_total"))
 
@@ -385,10 +389,15 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
             bundle(_inst(r)).add("counter_resets", v, f"promql:resets(num_preemptions_total[{w}])@{at_end}", t=end,
                                  text="num_preemptions")
     for base, (stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
+        wanted = _FLEET_HISTOGRAM_FACTS.get(base, ("mean", "p50", "p95"))
         q = (f"sum by (instance) (increase({series(base + '_sum', sel)}[{w}])) / "
              f"sum by (instance) (increase({series(base + '_count', sel)}[{w}]))")
-        _facts(client.query(q, end), bundle, f"{stem}_mean", f"promql:Δ{base}_sum/Δ{base}_count[{w}]@{at_end}", end)
+        if "mean" in wanted:
+            _facts(client.query(q, end), bundle, f"{stem}_mean", f"promql:Δ{base}_sum/Δ{base}_count[{w}]@{at_end}",
+                   end)
         for qv, suffix in ((0.5, "p50"), (0.95, "p95")):
+            if suffix not in wanted:
+                continue
             q = f"histogram_quantile({qv}, sum by (instance, le) (increase({series(base + '_bucket', sel)}[{w}])))"
             _facts(client.query(q, end), bundle, f"{stem}_{suffix}",
                    f"promql:histogram_quantile({qv}, {base}_bucket[{w}])@{at_end}", end)
@@ -425,13 +434,16 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
             inc = f"({inc} and on (instance) (({usage}) {cond}))"
         return f"sum_over_time({inc}{sub})"
 
+    def sums(kind: int, cond: str = "") -> dict[str, float]:  # kind 0: hits, 1: queries
+        expr = _alternatives([summed(pair[kind], cond) for pair in _HIT_PAIRS])
+        return {_inst(r): float(r["value"][1]) for r in client.query(expr, end)}
+
+    q_all = sums(1)  # five subqueries; the ratios are taken here
     sides = {}
     for key, cond in (("low", f"< {LOW_LOAD}"), ("high", f">= {HIGH_LOAD}")):
-        rate = {_inst(r): float(r["value"][1]) for r in client.query(_alternatives(
-            [f"{summed(h, cond)} / {summed(q_, cond)}" for h, q_ in _HIT_PAIRS]), end)}
-        share = {_inst(r): float(r["value"][1]) for r in client.query(_alternatives(
-            [f"{summed(q_, cond)} / {summed(q_)}" for _h, q_ in _HIT_PAIRS]), end)}
-        sides[key] = {i: (v, share.get(i, math.nan)) for i, v in rate.items()}
+        h_side, q_side = sums(0, cond), sums(1, cond)
+        sides[key] = {i: (h_side.get(i, math.nan) / q if q > 0 else math.nan,
+                          q / q_all[i] if q_all.get(i, 0) > 0 else math.nan) for i, q in q_side.items()}
     for inst, (lo, lo_share) in sides["low"].items():
         b = bundle(inst)
         if math.isnan(lo) or not lo_share >= MIN_SHARE:
