@@ -372,9 +372,13 @@ def record(metrics_url, interval, duration, out, headers, bearer_token_file, ca_
     click.echo(f"kvdiag: recorded {n} scrape(s), {samples} sample(s) of {safe_url(metrics_url)} to {out}", err=True)
 
 
+for _p in check.params:  # check's --duration default is one scrape, not the shared 30s (see its docstring)
+    if _p.name == "duration":
+        _p.show_default = "1s: one scrape; with --state, since the last check"
+
 @cli.group()
 def rules() -> None:
-    """List and explain the diagnosis rules."""
+    """List, explain, test and export the diagnosis rules."""
 
 
 @rules.command("list")
@@ -494,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
         if verb == "check":
             click.echo(f"KVDIAG UNKNOWN - {' '.join(message.split())}".replace("|", "/"))
     try:
+        if not [a for a in args if a != "--debug"]:  # bare 'kvdiag': what it does, not an error
+            click.echo(cli.get_help(click.Context(cli, info_name="kvdiag")))
+            return ExitStatus.OK
         rc = cli.main(args=args, prog_name="kvdiag", standalone_mode=False)
         return rc if isinstance(rc, int) else ExitStatus.OK
     except click.exceptions.Exit as exc:
@@ -501,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("kvdiag: interrupted", err=True)
         return ExitStatus.INTERRUPTED
+    except click.exceptions.NoArgsIsHelpError as exc:  # 'kvdiag rules' alone: its help, on stdout
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        return ExitStatus.OK
     except click.ClickException as exc:  # usage errors, bad option values: UNKNOWN, not click's 2
         if debug:
             raise

@@ -105,3 +105,24 @@ def test_debug_shows_the_traceback(kvdiag, tmp_path):
     res = kvdiag("analyze", "--debug", "--log", str(tmp_path / "nope.log"))
     assert res.code != 0
     assert "Traceback" in res.err
+
+
+def test_bare_kvdiag_and_bare_rules_show_their_help_and_exit_0(kvdiag):
+    for args in ((), ("rules",)):
+        res = kvdiag(*args)
+        assert res.code == 0 and res.err == "", (args, res.err)
+        assert res.out.startswith("Usage: kvdiag") and "Commands:" in res.out
+
+
+def test_durations_take_days_up_to_the_limit(kvdiag):
+    from kvdiag.engine.model import parse_duration
+
+    assert parse_duration("7d") == 7 * 86400 and parse_duration("1.5d") == 129600
+    res = kvdiag("analyze", "--log", "fixtures/incidents/029-mtp-benchmark-queueing-kv-95pct-ttft-214s/vllm.log",
+                 "--duration", "8d")
+    assert res.code == 3 and "too long: at most 7d" in res.err
+
+
+def test_check_help_shows_its_own_duration_default(kvdiag):
+    out = " ".join(kvdiag("check", "--help").out.split())
+    assert "[default: (1s: one scrape; with --state, since the last check)]" in out

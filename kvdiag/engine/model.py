@@ -28,7 +28,7 @@ OPS = (">", ">=", "<", "<=", "==", "!=")
 _RULE_KEYS = {"id", "name", "class", "title", "severity", "priority", "confidence", "requires", "uses", "params",
               "when", "message", "quiet", "evidence", "remedy", "doc", "references"}
 _DOC_KEYS = ("meaning", "impact", "diagnosis", "false_positives", "remedy")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _ID = re.compile(r"^[A-Z][A-Z0-9_-]{0,31}$")
 PRIORITY_RANGE = (0, 1000)
 MAX_DEPTH = 32  # nesting of all/any/not in a `when:` tree
@@ -40,16 +40,16 @@ _SPEC = re.compile(r"^(?:[^{}]?[<>=^])?[-+ ]?0?(?P<width>\d+)?[,_]?(?:\.(?P<prec
 
 
 def parse_duration(text: str) -> float:
-    """``500ms``, ``30s``, ``5m``, ``1h`` → seconds (float).
+    """``500ms``, ``30s``, ``5m``, ``1h``, ``7d`` → seconds (float); the units of Prometheus durations up to a day.
 
     Raises:
-        ValueError: not a number followed by ms, s, m or h.
+        ValueError: not a number followed by ms, s, m, h or d.
     """
     m = _DURATION.match(str(text).strip())
     if not m:
-        raise ValueError(f"{text!r} is not a duration like 500ms, 30s, 5m or 1h")
+        raise ValueError(f"{text!r} is not a duration like 500ms, 30s, 5m, 1h or 7d")
     n = float(m.group(1))
-    return n * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
+    return n * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}[m.group(2)]
 
 
 @dataclass(frozen=True)
