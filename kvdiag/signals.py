@@ -528,7 +528,7 @@ def derived_domain_error(name: str, value: float) -> str:
     if not math.isfinite(value):
         return "not a finite number"
     if name.startswith("prefix_cache_hit_rate") and not name.endswith("_drop") and not -1e-9 <= value <= 1 + 1e-9:
-        return "a hit rate outside 0-100 % (hits above queries, or a falling counter)"
+        return "a hit rate outside 0-100% (hits above queries, or a falling counter)"
     spec = SIGNALS.get(name)
     if spec is not None and spec.unit in ("seconds", "tokens", "blocks", "requests", "tokens/s") and value < 0:
         return f"negative {spec.unit}"

@@ -44,7 +44,7 @@ def test_prefix_hits_above_queries_are_refused_with_a_note(kvdiag, tmp_path):
     assert rep["verdict"]["primary"] != "prefix_cache_eviction"
     status = {f["rule_id"]: f["status"] for f in rep["findings"]}
     assert status["PFX001"] == status["PFX002"] == "unknown"
-    assert any("prefix_cache_hit_rate_early = 2.5 not used: a hit rate outside 0-100 %" in n for n in rep["notes"])
+    assert any("prefix_cache_hit_rate_early = 2.5 not used: a hit rate outside 0-100%" in n for n in rep["notes"])
     assert rep["verdict"]["confidence"] == "low"
     text = json.dumps(rep["findings"])
     assert "250.0%" not in text
