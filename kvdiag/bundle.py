@@ -104,6 +104,29 @@ class Bundle:
         if self._memo:
             self._memo = {}
 
+    def extend(self, signal: str, points: list[tuple[float, float, str]]) -> None:
+        """Append many observations of one signal at once: ``points`` = ``[(t, value, source), ...]`` in order.
+
+        The same rows as calling :meth:`add` for each point (segment 0, no text), without the per-call checks; the
+        caller has vetted the values (the fleet collector drops out-of-domain points before).
+
+        Raises:
+            KeyError: ``signal`` is not in ``SIGNALS``.
+        """
+        if signal not in SIGNALS:
+            raise KeyError(f"unknown signal {signal!r}")
+        if not points:
+            return
+        seq = self._seq
+        rows = [(signal, float(t), seq + i, float(v), "", src, 0) for i, (t, v, src) in enumerate(points)]
+        self._seq += len(rows)
+        self._rows.extend(rows)
+        self._by_signal.setdefault(signal, []).extend(rows)
+        self._frame = None
+        self._sig_frames.pop(signal, None)
+        if self._memo:
+            self._memo = {}
+
     def __len__(self) -> int:
         return len(self._rows)
 

@@ -353,16 +353,19 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         src_q = f"promql:{agg} by (instance) ({'|'.join(names)})@"
         sources: dict[float, str] = {}
         for r in client.query_range(q, start, end, step):
-            b = bundle(_inst(r))
+            inst = _inst(r)
+            points = []
             for t, v in r.get("values", []):
-                t = float(t)
-                if bad(_inst(r), signal, float(v)):
+                t, v = float(t), float(v)
+                if (math.isnan(v) or v < 0 or math.isinf(v) or (v > 1 + 1e-9 and SIGNALS[signal].unit == "ratio")) \
+                        and bad(inst, signal, v):
                     continue
                 src = sources.get(t)
                 if src is None:  # one string per step, shared by every instance
                     src = sources[t] = src_q + iso(t)
-                b.add(signal, float(v), src, t=t)
-                n_points += 1
+                points.append((t, v, src))
+            bundle(inst).extend(signal, points)
+            n_points += len(points)
     at_end, at_start = iso(end), iso(start)
     usage = _alternatives([f"max by (instance) ({series(n, sel)})" for n in GAUGES["kv_cache_usage"][1]])
     q = f"avg_over_time(((({usage}) >= bool {HIGH_USAGE}))[{w}:{step:g}s])"
