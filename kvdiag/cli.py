@@ -199,6 +199,8 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if not (logs or metrics_files or metrics_urls or prometheus_url or (model_config and gpu_memory)):
         raise click.UsageError("give at least one source: --log, --metrics-file, --metrics-url or --prometheus-url "
                                "(or --model-config with --gpu-memory for a pre-flight check)")
+    if output is not None and not output.strip():
+        raise click.UsageError("--output '': expected a file path (leave --output out to write to standard output)")
     if output:  # before any work: never write the report over an input, a folder or a device
         from .fileio import check_output_target
 

@@ -126,3 +126,9 @@ def test_durations_take_days_up_to_the_limit(kvdiag):
 def test_check_help_shows_its_own_duration_default(kvdiag):
     out = " ".join(kvdiag("check", "--help").out.split())
     assert "[default: (1s: one scrape; with --state, since the last check)]" in out
+
+
+def test_empty_output_path_is_a_usage_error_not_stdout(kvdiag):
+    res = kvdiag("analyze", "--log", "fixtures/incidents/029-mtp-benchmark-queueing-kv-95pct-ttft-214s/vllm.log",
+                 "--output", "")
+    assert res.code == 3 and res.out == "" and "--output '': expected a file path" in res.err
