@@ -220,6 +220,8 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
     report = Report(verdict=worst.verdict, findings=worst.findings, inputs=inputs,
                     window={"start": min(starts) if starts else None, "end": max(ends) if ends else None},
                     instances=instances)
+    if len(instances) == 1:  # one server: its report is the text report, so its notes must show there too
+        report.notes += instances[0].notes
     failed = [i.instance for i in instances if i.error]
     if failed:
         report.notes.append(f"{len(failed)} of {len(instances)} server(s) could not be read: {', '.join(failed)}")

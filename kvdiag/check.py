@@ -285,7 +285,7 @@ def status_line(code: int, report: Report | None, perf: str, extra: list[str], e
         v = report.verdict
         text = f"KVDIAG {STATUS[code]} - {v.primary}: {' '.join(v.summary.split())}"
     if extra:
-        text += "; " + "; ".join(extra)
+        text = text.rstrip(".") + "; " + "; ".join(extra)
     text = text.replace("|", "/")
     return text + (f" | {perf}" if perf else "")
 

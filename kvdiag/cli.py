@@ -338,6 +338,8 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
     for note in ((textfile and chk.write_textfile(textfile, reg)), (pushgateway and chk.push(pushgateway, job, inst, reg, timeout=timeout))):
         if note:
             notes.append(note)
+            if code == 0:
+                code = 3  # the verdict did not reach the monitoring it was meant for: not OK, never hides CRITICAL
     click.echo(chk.status_line(code, report, chk.perfdata(bundle, report), notes))
     ctx.exit(code)
 
@@ -396,8 +398,10 @@ def rules_list(rules_dirs) -> None:
 @click.option("--out", default=None, metavar="FILE", help="Write the rule file here (default: standard output).")
 @click.option("--tests", "tests_out", default=None, metavar="FILE",
               help="Also write a 'promtool test rules' file built from the rules' cases.")
-@click.option("--window", type=DURATION, default="5m", show_default=True, help="Range of the *_over_time windows.")
-@click.option("--for", "for_", type=str, default="0m", show_default=True, help="'for:' of every alert.")
+@click.option("--window", type=Duration(max_seconds=366 * 86400), default="5m", show_default=True,
+              help="Range of the *_over_time windows (at most 366d).")
+@click.option("--for", "for_", type=str, default="0m", show_default=True,
+              help="'for:' of every alert (at most 366d).")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
 def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
     """Prometheus alerting rules for the rules PromQL can express (both vllm: and vllm_ names)."""
@@ -408,15 +412,21 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
     from .export import export_prometheus, promtool_tests, write_output
 
     try:
-        parse_duration(for_)
+        for_seconds = parse_duration(for_)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
-    if float(window).is_integer() and window % 3600 == 0:
-        win = f"{int(window // 3600)}h"
-    elif float(window).is_integer() and window % 60 == 0:
-        win = f"{int(window // 60)}m"
-    else:
-        win = f"{int(window)}s" if float(window).is_integer() else f"{int(window * 1000)}ms"
+    if for_seconds > 366 * 86400:
+        raise click.BadParameter(f"{for_!r} is too long: at most 366d", param_hint="--for")
+
+    def promql_duration(seconds: float) -> str:  # whole units Prometheus reads: 36h, not 1.5d
+        if float(seconds).is_integer() and seconds % 3600 == 0 and seconds:
+            return f"{int(seconds // 3600)}h"
+        if float(seconds).is_integer() and seconds % 60 == 0 and seconds:
+            return f"{int(seconds // 60)}m"
+        return f"{int(seconds)}s" if float(seconds).is_integer() else f"{int(round(seconds * 1000))}ms"
+
+    win = promql_duration(window)
+    for_ = promql_duration(for_seconds) if for_seconds else "0m"
     # build everything, then check and write the files, and only then print: an error leaves no half output
     for option, target in (("--out", out), ("--tests", tests_out)):
         if target and Path(target).is_dir():

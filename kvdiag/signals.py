@@ -532,4 +532,6 @@ def derived_domain_error(name: str, value: float) -> str:
     spec = SIGNALS.get(name)
     if spec is not None and spec.unit in ("seconds", "tokens", "blocks", "requests", "tokens/s") and value < 0:
         return f"negative {spec.unit}"
+    if spec is not None and spec.unit == "seconds" and value > 1e9:
+        return "more than 30 years"
     return ""

@@ -71,3 +71,12 @@ def test_textfile_folder_is_not_created(kvdiag, tmp_path):
     assert res.code == 2
     assert f"textfile {out} not written (no such folder)" in res.out
     assert not (tmp_path / "missing").exists()
+
+
+def test_textfile_failure_turns_ok_into_unknown(kvdiag, tmp_path):
+    """A healthy verdict that never reached node_exporter is not OK (exit 3); a CRITICAL one stays CRITICAL above."""
+    out = tmp_path / "missing" / "tf"
+    res = kvdiag("check", "--metrics-file", str(FIXTURES / "metrics" / "v011_usage_split_across_api_servers.prom"),
+                 "--textfile", str(out))
+    assert res.code == 3 and res.out.startswith("KVDIAG UNKNOWN - healthy:")
+    assert ".;" not in res.out and f"; textfile {out} not written (no such folder)" in res.out

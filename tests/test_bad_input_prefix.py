@@ -91,12 +91,15 @@ def test_negative_residency_bounds_give_no_negative_seconds():
     assert any("kv_block_idle_before_evict_p50 = -10 not used: negative seconds" in n for n in b.skipped_derived)
 
 
-def test_absurd_length_means_give_no_demand():
+@pytest.mark.parametrize("prompt_sum", [1e17, 1e308])
+def test_absurd_length_means_give_no_demand(prompt_sum):
+    """1e17 tokens of prompts over two requests: a mean no request can have; 1e308: not a reading at all (dropped
+    with the page's other out-of-domain values)."""
     b = Bundle()
     for i in range(3):
         text = _page({"vllm:num_requests_running": 5, "vllm:num_requests_waiting": 1},
                      extra="# TYPE vllm:request_prompt_tokens histogram\n"
-                           f'vllm:request_prompt_tokens_sum{{engine="0"}} {1e308 * (i > 0)}\n'
+                           f'vllm:request_prompt_tokens_sum{{engine="0"}} {prompt_sum * (i > 0)}\n'
                            f'vllm:request_prompt_tokens_count{{engine="0"}} {2 * i}\n'
                            "# TYPE vllm:request_generation_tokens histogram\n"
                            f'vllm:request_generation_tokens_sum{{engine="0"}} {100 * i}\n'
@@ -105,7 +108,10 @@ def test_absurd_length_means_give_no_demand():
     b.add("kv_capacity_tokens", 16_000, "test")
     derive_windows(b)
     assert not b.has("kv_demand_tokens") and not b.has("kv_demand_ratio")
-    assert any("kv_demand_tokens not estimated" in n for n in b.skipped_derived)
+    if prompt_sum < 1e18:
+        assert any("kv_demand_tokens not estimated" in n for n in b.skipped_derived)
+    else:
+        assert b.dropped_values["request_prompt_tokens_sum"] == 2
 
 
 @pytest.mark.parametrize("raw", ["inf", "nan", "0", "-16", "1e9", "abc", "16.5"])

@@ -160,6 +160,8 @@ def _out_of_domain(signal: str, value: float) -> str:
         return "+Inf" if value > 0 else "-Inf"
     if value < 0:
         return "negative"
+    if value > 1e18:  # more tokens than any server will see in years, more bytes than any GPU: not a reading
+        return "absurdly large"
     spec = SIGNALS.get(signal)
     if spec is not None and spec.unit == "ratio" and value > 1 + 1e-9:
         return "ratio above 1"

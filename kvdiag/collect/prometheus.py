@@ -119,6 +119,11 @@ def _dur(seconds: float) -> str:
     return f"{max(1, int(round(seconds)))}s"
 
 
+def _res(seconds: float) -> str:
+    """A subquery resolution PromQL accepts: whole seconds, or whole milliseconds below / between them."""
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{max(1, int(round(seconds * 1000)))}ms"
+
+
 # --- PromQL -------------------------------------------------------------------------------------
 _MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
 
@@ -329,6 +334,7 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
     above 1) are skipped and counted in ``dropped`` (``{instance: {"signal: why": n}}``)."""
     window = end - start
     w = _dur(window)
+    step = min(step, max(1.0, window))  # a step beyond the window would reach before it
     bundles: dict[str, Bundle] = {}
     n_points = 0
     dropped = {} if dropped is None else dropped
@@ -357,7 +363,7 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
             points = []
             for t, v in r.get("values", []):
                 t, v = float(t), float(v)
-                if (math.isnan(v) or v < 0 or math.isinf(v) or (v > 1 + 1e-9 and SIGNALS[signal].unit == "ratio")) \
+                if (math.isnan(v) or v < 0 or v > 1e18 or (v > 1 + 1e-9 and SIGNALS[signal].unit == "ratio")) \
                         and bad(inst, signal, v):
                     continue
                 src = sources.get(t)
@@ -368,11 +374,11 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
             n_points += len(points)
     at_end, at_start = iso(end), iso(start)
     usage = _alternatives([f"max by (instance) ({series(n, sel)})" for n in GAUGES["kv_cache_usage"][1]])
-    q = f"avg_over_time(((({usage}) >= bool {HIGH_USAGE}))[{w}:{step:g}s])"
+    q = f"avg_over_time(((({usage}) >= bool {HIGH_USAGE}))[{w}:{_res(step)}])"
     for r in client.query(q, end):
         v = float(r["value"][1])
         if not math.isnan(v):
-            src = f"promql:avg_over_time((kv_cache_usage >= bool {HIGH_USAGE})[{w}:{step:g}s])@{at_end}"
+            src = f"promql:avg_over_time((kv_cache_usage >= bool {HIGH_USAGE})[{w}:{_res(step)}])@{at_end}"
             bundle(_inst(r)).add("kv_cache_usage_high_ratio", v, src, t=end)
             bundle(_inst(r)).add("kv_cache_usage_high_seconds", v * window, src + f" × {window:.0f}s", t=end)
     for signal, names in COUNTERS.items():
@@ -429,7 +435,7 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
     # sub-steps (always two samples), and the overlap cancels in the ratios
     sub_step = max(step, math.ceil(window / 500))
     s_rng = _dur(max(4 * sub_step, 60.0))
-    sub = f"[{w}:{sub_step:g}s]"
+    sub = f"[{w}:{_res(sub_step)}]"
 
     def summed(name: str, cond: str = "") -> str:
         inc = f"sum by (instance) (increase({series(name, sel)}[{s_rng}]))"
@@ -449,6 +455,11 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
                           q / q_all[i] if q_all.get(i, 0) > 0 else math.nan) for i, q in q_side.items()}
     for inst, (lo, lo_share) in sides["low"].items():
         b = bundle(inst)
+        hi_share = sides["high"].get(inst, (math.nan, 0.0))[1]
+        if lo_share + (0.0 if math.isnan(hi_share) else hi_share) > 1.01:  # sides hold more queries than the whole
+            b.skipped_derived.append(f"prefix-cache hit rate by load not used: the low- and high-load query sums "
+                                     f"({lo_share:.0%} + {hi_share:.0%}) exceed the window's queries")
+            continue
         if math.isnan(lo) or not lo_share >= MIN_SHARE:
             continue
         src = (f"promql:Σincrease(hits)/Σincrease(queries) where kv_cache_usage < {LOW_LOAD:.0%} "
@@ -473,8 +484,11 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         f"max by (instance) (avg by (instance, engine) (max by (instance, engine, pid) ({usage_sel})))", end)}
     for inst, n in n_series.items():
         src = f"promql:count by (instance, engine) (kv_cache_usage_perc per pid)@{at_end}"
+        if not (math.isfinite(n) and n == int(n) and 1 <= n <= 100_000):
+            bundle(inst).skipped_derived.append(f"kv_cache_usage_series = {n:.6g} not used: not a count of series")
+            continue
         bundle(inst).add("kv_cache_usage_series", n, src, t=end)
-        if n > 1 and inst in split_mean:
+        if n > 1 and inst in split_mean and 0 <= split_mean[inst] <= 1:
             bundle(inst).add("kv_cache_usage_split_mean", split_mean[inst],
                              f"promql:avg by (instance, engine) (kv_cache_usage_perc per pid)@{at_end}", t=end)
     for r in client.query(f"last_over_time({series('cache_config_info', sel)}[{w}])", end):

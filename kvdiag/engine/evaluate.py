@@ -251,6 +251,10 @@ def render(template: str, bundle: Bundle, params: dict, strict: bool = False) ->
             return f"{float(val) / 2**30:.2f} GiB"
         if not spec_ok(spec):  # the loader rejects these; never let a template ask for a huge width
             return str(val)
+        if isinstance(val, (int, float)) and math.isinf(val):
+            return "inf" if val > 0 else "-inf"
+        if isinstance(val, (int, float)) and abs(val) >= 1e15 and spec.rstrip("%").endswith(("f", "d", "n", "")):
+            return format(float(val), ".3g")  # an absurd count stays one short token, not 300 digits
         try:
             return format(val, spec)
         except (ValueError, TypeError):

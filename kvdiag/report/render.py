@@ -16,6 +16,8 @@ def _fmt_value(value, unit: str) -> str:
         return "n/a"
     if isinstance(value, str):
         return value
+    if isinstance(value, (int, float)) and (math.isinf(value) or abs(value) >= 1e15) and unit != "bytes":
+        return f"{value:.3g}" + ("" if unit in ("ratio", "count") else f" {unit}")
     if unit == "ratio":
         return f"{value:.1%}"
     if unit == "bytes":
