@@ -77,3 +77,10 @@ def test_log_only_rules_are_named_in_comments_not_exported(exported):
     cap = next(r for r in rules if r["labels"]["kvdiag_rule"] == "CAP001")
     assert "vllm:kv_cache_usage_perc" in cap["expr"] and "vllm_kv_cache_usage_perc" in cap["expr"]
     assert "vllm:gpu_cache_usage_perc" in cap["expr"]                      # V0 / V1 <= 0.10 name too
+
+
+def test_export_durations_are_whole_promql_units_and_bounded(kvdiag):
+    res = kvdiag("rules", "export", "--format", "prometheus", "--for", "1.5d", "--window", "1.5d")
+    assert res.code == 0 and "for: 36h" in res.out and "[36h]" in res.out and "1.5d" not in res.out
+    res = kvdiag("rules", "export", "--format", "prometheus", "--for", "99999999999d")
+    assert res.code == 3 and "at most 366d" in res.err
