@@ -374,7 +374,7 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
 
     def ruled_out(primary: str) -> list[dict]:
         return [{"rule_id": f.rule_id, "class": f.cls, "message": f.message} for f in findings
-                if f.status == "quiet" and f.cls != primary]
+                if f.status == "quiet" and f.cls not in (primary, "healthy")]  # a quiet note rules out nothing
 
     if fired:
         top = max(fired, key=lambda f: (SEVERITY_RANK[f.severity], f.priority))

@@ -62,7 +62,7 @@ def render_markdown(report: Report) -> str:
     if side_notes:
         out += ["## Also noted (not a KV problem)", ""] + [f"- {f.rule_id}: {_text(f.message)}" for f in side_notes]
         out += [""]
-    quiet = [f for f in report.findings if f.status == "quiet"]
+    quiet = [f for f in report.findings if f.status == "quiet" and f.cls != "healthy"]  # a quiet note rules out nothing
     if quiet:
         out += ["## Ruled out", ""] + [f"- **{f.cls}** ({f.rule_id}): {_text(f.message)}" for f in quiet] + [""]
     unknown = [f for f in report.findings if f.status == "unknown"]

@@ -108,7 +108,7 @@ def _ruled_out_lines(findings) -> list[str]:
     """
     quiet = [f for f in findings if f.status == "quiet"]
     unknown = [f for f in findings if f.status == "unknown"]
-    shown = [f for f in quiet if any(ch.isdigit() for ch in f.message)]
+    shown = [f for f in quiet if f.cls != "healthy" and any(ch.isdigit() for ch in f.message)]  # notes rule out nothing
     folded = [f for f in quiet if f not in shown]
     out: list[str] = []
     if shown:
