@@ -270,7 +270,10 @@ BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20
 
 class ResidencyServer:
     """vLLM 0.33 names with --kv-cache-metrics: the hit rate stays ``early`` for ``fall_after`` steps of 0.2 s,
-    then ``late``; every step after the fall samples evicted blocks idle ``idle`` seconds. Usage stays at 25 %."""
+    then ``late``; every step after the fall samples evicted blocks idle ``idle`` seconds. Usage stays at 25 %.
+
+    The timeline starts at the first scrape, not when the server starts: kvdiag's own start-up (imports) takes
+    seconds on a loaded machine, and the fall must land inside the window it scrapes."""
 
     def __init__(self, early: float, late: float, fall_after: int, idle: float, evict_per_step: int):
         self.registry = reg = CollectorRegistry()
@@ -290,12 +293,22 @@ class ResidencyServer:
         info.labels("16", "9600", "0").set(1)
         self.args = (early, late, fall_after, idle, evict_per_step)
         self.stop = threading.Event()
-        self.server = make_server("127.0.0.1", 0, make_wsgi_app(reg), handler_class=_Quiet)
+        self.scraped = threading.Event()
+        app = make_wsgi_app(reg)
+
+        def first_scrape_starts_the_clock(environ, start_response):
+            self.scraped.set()
+            return app(environ, start_response)
+
+        self.server = make_server("127.0.0.1", 0, first_scrape_starts_the_clock, handler_class=_Quiet)
         self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
 
     def _run(self):
         early, late, fall_after, idle, per_step = self.args
         lab = ("0", MODEL)
+        while not self.scraped.wait(0.05):
+            if self.stop.is_set():
+                return
         for i in range(300):
             if self.stop.is_set():
                 break
