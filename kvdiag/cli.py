@@ -277,6 +277,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
 
     from . import check as chk
     from .analyze import analyze as run
+    from .collect.metrics import WindowInterrupt
     from .errors import KvdiagError
 
     if not (logs or metrics_files or metrics_urls or (model_config and gpu_memory)):
@@ -307,6 +308,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
             notes.append(state_note)
     kept: list = []
     now = _time.time()
+    interrupt = WindowInterrupt()
     try:
         report = run(logs=list(logs), metrics_files=list(metrics_files), metrics_urls=list(metrics_urls),
                      duration=duration, interval=interval, model_config=model_config, rules_dirs=list(rules_dirs),
@@ -314,16 +316,18 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
                      deployment={"gpu_total_bytes": gpu_memory and gpu_memory * 2**30,
                                  "tensor_parallel_size": tensor_parallel_size,
                                  "gpu_memory_utilization": gpu_memory_utilization},
-                     seed=(lambda b: chk.seed_from_state(b, previous)) if previous else None, keep=kept)
+                     seed=(lambda b: chk.seed_from_state(b, previous)) if previous else None, keep=kept,
+                     interrupt=interrupt)
     except KvdiagError as exc:
         if debug or ctx.obj.get("debug"):
             raise
-        line = chk.status_line(3, None, "", notes, error=str(exc))
         reg = chk.build_registry(inst, None, False, now)
-        extra = [n for n in ((textfile and chk.write_textfile(textfile, reg)),
-                             (pushgateway and chk.push(pushgateway, job, inst, reg, timeout=timeout))) if n]
-        click.echo(line + ("; " + "; ".join(extra) if extra else ""))
+        notes += [n for n in ((textfile and chk.write_textfile(textfile, reg)),
+                              (pushgateway and chk.push(pushgateway, job, inst, reg, timeout=timeout))) if n]
+        click.echo(chk.status_output(3, None, "", notes, error=str(exc)))
         ctx.exit(3)
+    if interrupt.note:
+        notes.append(chk.Note(interrupt.note, "window cut short by an interrupt"))
     bundle = kept[0]
     current = chk.state_from_bundle(bundle)
     notes += chk.restart_notes(previous, current)
@@ -340,7 +344,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
             notes.append(note)
             if code == 0:
                 code = 3  # the verdict did not reach the monitoring it was meant for: not OK, never hides CRITICAL
-    click.echo(chk.status_line(code, report, chk.perfdata(bundle, report), notes))
+    click.echo(chk.status_output(code, report, chk.perfdata(bundle, report), notes))
     ctx.exit(code)
 
 
@@ -508,7 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     def nagios(message: str) -> None:
         """``kvdiag check`` speaks Nagios: a failure before the verdict is still one UNKNOWN line on stdout."""
         if verb == "check":
-            click.echo(f"KVDIAG UNKNOWN - {' '.join(message.split())}".replace("|", "/"))
+            from .check import status_output
+
+            click.echo(status_output(3, None, "", [], error=message))
     try:
         if not [a for a in args if a != "--debug"]:  # bare 'kvdiag': what it does, not an error
             click.echo(cli.get_help(click.Context(cli, info_name="kvdiag")))
