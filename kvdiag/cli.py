@@ -1,7 +1,8 @@
 """Command line: wiring only. Exit codes are mapped in one place, :func:`main`.
 
 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, unreadable input, unreachable URL, nothing
-evaluable), 130 on Ctrl-C. No traceback unless ``--debug``.
+evaluable), 130 on Ctrl-C or SIGTERM before anything was judged (one during a live window ends it and judges what
+was scraped, :class:`kvdiag.collect.metrics.WindowInterrupt`). No traceback unless ``--debug``.
 """
 
 from __future__ import annotations
@@ -306,7 +307,7 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
 def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
           gpu_memory_utilization, rules_dirs, year, warn_on, fail_on, state_file, textfile, pushgateway, job, instance,
           headers, bearer_token_file, ca_cert, insecure, timeout, debug):
-    """One Nagios-style line with perfdata; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (for cron and CronJobs).
+    """A Nagios status line (at most 200 characters) with perfdata, details below it (for cron and CronJobs).
 
     By default one scrape of each --metrics-url (--duration 1s); with --state the window runs from the previous
     check to this one.
