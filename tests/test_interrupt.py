@@ -242,3 +242,21 @@ def test_progress_line_names_the_peak_and_the_last_reading():
     report = json.loads(out)
     cap = next(f for f in report["findings"] if f["class"] == "capacity_pressure")
     assert {e["signal"]: e["value"] for e in cap["evidence"]}["kv_cache_usage"] == 0.99
+
+
+def test_several_servers_cut_short_each_judged_on_its_scrapes():
+    import re
+
+    with Scripted(usage=[0.98]) as busy, Scripted(usage=[0.20], waiting=0) as quiet:
+        proc = start("analyze", "--metrics-url", busy.url, "--metrics-url", quiet.url, *LIVE, "--format", "json")
+        busy.wait_hits(3)
+        quiet.wait_hits(3)
+        proc.send_signal(signal.SIGINT)
+        code, out, err, took = finish(proc)
+    report = json.loads(out)
+    assert code == 2 and took < 5, (code, err)
+    assert [i["verdict"]["primary"] for i in report["instances"]][0] == "capacity_pressure"
+    assert len(report["instances"]) == 2
+    (note,) = [n for n in report["notes"] if "cut short" in n]
+    m = re.fullmatch(CUT, note)
+    assert m and int(m.group(3)) == sum(i["records"] for i in report["inputs"]) >= 6, (note, report["inputs"])
