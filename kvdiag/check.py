@@ -399,14 +399,14 @@ def write_textfile(directory: str, registry: CollectorRegistry) -> str:
     """Write ``DIR/kvdiag.prom`` atomically (prometheus-client writes a temp file and renames it).
 
     ``DIR`` must exist (node_exporter reads a folder it was configured with; a mistyped one is not created).
-    Returns a note when the file could not be written.
+    Returns a note (:class:`Note`) when the file could not be written.
     """
     if not Path(directory).is_dir():
-        return f"textfile {directory} not written (no such folder)"
+        return Note(f"textfile {directory} not written (no such folder)", "textfile not written")
     try:
         write_to_textfile(str(Path(directory) / TEXTFILE_NAME), registry)
     except OSError as exc:
-        return f"textfile {directory} not written ({exc.strerror or exc})"
+        return Note(f"textfile {directory} not written ({exc.strerror or exc})", "textfile not written")
     return ""
 
 
@@ -426,9 +426,9 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
         user, password = parts.username, parts.password
         plain = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, parts.query, ""))
     except ValueError:
-        return f"push to {shown} failed (not a URL)"
+        return Note(f"push to {shown} failed (not a URL)", "push failed")
     if parts.scheme not in ("http", "https"):
-        return f"push to {shown} failed (expected an http:// or https:// URL)"
+        return Note(f"push to {shown} failed (expected an http:// or https:// URL)", "push failed")
 
     def handler(url, method, timeout, headers, data):  # prometheus-client passes these by name
         if user is not None:
@@ -443,5 +443,5 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
     except Exception as exc:  # noqa: BLE001 - urllib errors of several kinds; the check still reports
         # the URL pushed to holds no credentials, so urllib's message is safe to show (cut short)
         reason = str(exc) if exc.__class__.__name__ == "ScrapeError" else f"{exc.__class__.__name__}: {str(exc)[:160]}"
-        return f"push to {shown} failed ({reason})"
+        return Note(f"push to {shown} failed ({reason})", "push failed")
     return ""

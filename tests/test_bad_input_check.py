@@ -84,5 +84,5 @@ def test_textfile_failure_turns_ok_into_unknown(kvdiag, tmp_path):
                  "--textfile", str(out))
     status, details = nagios(res)
     assert res.code == 3 and status.startswith("KVDIAG UNKNOWN - healthy:")
-    assert ".;" not in status and f"; textfile {out} not written" in status          # the short form up there,
+    assert ".;" not in status and "; textfile not written" in status                 # the short form up there,
     assert f"textfile {out} not written (no such folder)" in details                 # why, in the long output
