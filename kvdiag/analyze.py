@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .bundle import Bundle
 from .collect.logs import read_logs
-from .collect.metrics import HttpOptions, read_metrics_file, scrape, scrape_targets
+from .collect.metrics import HttpOptions, WindowInterrupt, merge_target, read_metrics_file, scrape_targets
 from .derive import derive
 from .engine.evaluate import evaluate, unexplained_failures, verdict
 from .engine.model import load_rules
@@ -51,7 +51,8 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
             duration: float = 30.0, interval: float = 5.0, model_config: str | None = None,
             rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None,
             deployment: dict | None = None, seed=None, keep: list | None = None,
-            http: HttpOptions | None = None, prometheus: dict | None = None) -> Report:
+            http: HttpOptions | None = None, prometheus: dict | None = None,
+            interrupt: WindowInterrupt | None = None) -> Report:
     """Collect every source into one bundle, derive signals, run the rules, and build the report.
 
     Raises:
@@ -66,11 +67,17 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
 
     ``seed(bundle)``, when given, runs before any input is read (``kvdiag check --state`` adds the previous
     run's counters there); ``keep``, when given, receives the bundle (to save state after the run).
+
+    SIGINT / SIGTERM while the ``metrics_urls`` are scraped ends the window early and judges what was scraped,
+    with a note in ``report.notes`` ("window cut short at 7 s of 60 s by an interrupt"); a second signal, or
+    one before any scrape succeeded, raises ``KeyboardInterrupt`` (:class:`WindowInterrupt`; pass one as
+    ``interrupt`` to read its ``note`` afterwards).
     """
     rules = load_rules(rules_dirs)
+    interrupt = interrupt if interrupt is not None else WindowInterrupt()
     if prometheus is not None or (len(metrics_urls) > 1 and seed is None and keep is None):
         # (kvdiag check, which seeds and keeps one bundle, still reads several URLs into that one bundle)
-        return _analyze_many(rules, metrics_urls, duration, interval, http, progress, prometheus)
+        return _analyze_many(rules, metrics_urls, duration, interval, http, progress, prometheus, interrupt)
     bundle = Bundle()
     if keep is not None:
         keep.append(bundle)
@@ -87,8 +94,12 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         read_logs(bundle, list(logs), year=year)
     for path in metrics_files:
         read_metrics_file(bundle, path)
-    for url in metrics_urls:
-        scrape(bundle, url, duration=duration, interval=interval, progress=progress, opts=http)
+    if metrics_urls:  # all at once, each into its own bundle, then into this one in the order given
+        with interrupt:
+            targets = scrape_targets(list(metrics_urls), duration, interval, http or HttpOptions(), progress,
+                                     interrupt=interrupt)
+        for target in targets:
+            merge_target(bundle, target)
     derive(bundle)
     derive_windows(bundle)
     findings = evaluate(rules, bundle)
@@ -100,6 +111,8 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         report.notes.append(f"model config {model_config}: {bpt:,.0f} bytes of KV per token "
                             "(2 × layers × kv_heads × head_dim × dtype_bytes; planning estimate)")
     report.notes += restart_notes(bundle)
+    if interrupt.note:
+        report.notes.append(interrupt.note)
     return report
 
 
@@ -181,7 +194,8 @@ def _judge_parallel(rules, items, workers: int | None = None):
             yield pending.popleft().result()
 
 
-def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prometheus) -> Report:
+def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prometheus,
+                  interrupt: WindowInterrupt | None = None) -> Report:
     """One report over several servers: each judged alone, the worst first."""
     from .engine.evaluate import Verdict
     from .errors import ScrapeError
@@ -208,7 +222,9 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
             instances.append(inst)
             inputs.extend(inst.inputs)
     else:
-        targets = scrape_targets(list(metrics_urls), duration, interval, http, progress)
+        interrupt = interrupt if interrupt is not None else WindowInterrupt()
+        with interrupt:
+            targets = scrape_targets(list(metrics_urls), duration, interval, http, progress, interrupt=interrupt)
         if all(tg.error for tg in targets):
             raise ScrapeError("no server could be read: " + "; ".join(tg.error for tg in targets))
         for tg in targets:
@@ -226,4 +242,6 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
     if failed:
         report.notes.append(f"{len(failed)} of {len(instances)} server(s) could not be read: {', '.join(failed)}")
     report.notes += fleet_notes
+    if interrupt is not None and interrupt.note:
+        report.notes.append(interrupt.note)
     return report

@@ -2,8 +2,10 @@
 
 It runs the same pipeline as ``analyze`` (so the verdicts cannot disagree), then
 
-* prints one Nagios plugin line with perfdata (``KVDIAG CRITICAL - capacity_pressure: … | kv_cache_usage=…``)
-  and exits 0/1/2/3 (OK/WARNING/CRITICAL/UNKNOWN) — Nagios Plugin Development Guidelines, "Plugin Output";
+* prints one Nagios plugin status line of at most 200 characters before the perfdata
+  (``KVDIAG CRITICAL - capacity_pressure: … | kv_cache_usage=…``), then the details as long-output lines (the
+  full summary, each note once), and exits 0/1/2/3 (OK/WARNING/CRITICAL/UNKNOWN) — Nagios Plugin Development
+  Guidelines, "Plugin Output" (first line ``STATUS - text | perfdata``, further lines long text);
 * with ``--state FILE`` remembers each counter's last value and time, and the server's process start time, so
   the next run judges only the increase since this one and reports a restart (counter reset, new process start)
   instead of a negative rate;
@@ -34,6 +36,26 @@ STATUS = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
 SEVERITY_CODE = {"ok": 0, "warning": 1, "critical": 2}
 COUNTERS = [name for name, s in SIGNALS.items() if s.kind == "counter"]
 TEXTFILE_NAME = "kvdiag.prom"
+MAX_STATUS_CHARS = 200  # the status line before " | perfdata": what a phone shows of a Nagios/Icinga alert
+
+
+class Note(str):
+    """A note of a check: the full text (a long-output line) and ``short``, its few words on the status line.
+
+    A plain ``str`` works wherever a note does (its short form is then cut from it by :func:`short_note`)."""
+
+    short: str
+
+    def __new__(cls, text: str, short: str) -> "Note":
+        obj = super().__new__(cls, text)
+        obj.short = short
+        return obj
+
+
+def short_note(note: str) -> str:
+    """The status-line form of a note: its ``short`` when it is a :class:`Note`, else the text before the first
+    " (" (the details in brackets go to the long output)."""
+    return getattr(note, "short", None) or note.split(" (", 1)[0]
 
 
 @dataclass
@@ -116,7 +138,8 @@ def load_state(path: str, instance: str, now: float | None = None) -> tuple[Chec
         data = json.loads(p.read_text(encoding="utf-8"))
         entry = data["instances"][instance]
         if data.get("version") != STATE_VERSION:
-            return None, f"state file {path}: version {data.get('version')!r} not understood, starting fresh"
+            return None, Note(f"state file {path}: version {data.get('version')!r} not understood, starting fresh",
+                              "state file not understood, starting fresh")
         t = _finite(entry["t"], "t")
         if not 0 < t <= now + 86400:
             raise _Corrupt(f"t {t:.0f} is not between 1970 and a day from now")
@@ -127,7 +150,8 @@ def load_state(path: str, instance: str, now: float | None = None) -> tuple[Chec
         return None, ""
     except (OSError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         why = str(exc) if isinstance(exc, _Corrupt) else exc.__class__.__name__
-        return None, f"state file {path} unreadable ({why}), starting fresh"
+        return None, Note(f"state file {path} unreadable ({why}), starting fresh",
+                          "state file unreadable, starting fresh")
 
 
 def save_state(path: str, instance: str, state: CheckState) -> str:
@@ -142,12 +166,12 @@ def save_state(path: str, instance: str, state: CheckState) -> str:
         if isinstance(old, dict) and old.get("version") == STATE_VERSION and isinstance(old.get("instances"), dict):
             data = old
         elif not _is_state_file(old):
-            return f"state file {path} not written (not a kvdiag state file)"
+            return Note(f"state file {path} not written (not a kvdiag state file)", "state file not written")
     except FileNotFoundError:
         pass
     except (OSError, ValueError, RecursionError):
         if p.exists() and p.stat().st_size > 0:
-            return f"state file {path} not written (not a kvdiag state file)"
+            return Note(f"state file {path} not written (not a kvdiag state file)", "state file not written")
     data["instances"][instance] = {"t": state.t, "counters": state.counters,
                                    "process_start_time": state.process_start_time}
     try:
@@ -156,7 +180,7 @@ def save_state(path: str, instance: str, state: CheckState) -> str:
             json.dump(data, fh, indent=1, sort_keys=True)
         os.replace(tmp, p)
     except OSError as exc:
-        return f"state file {path} not written ({exc.strerror})"
+        return Note(f"state file {path} not written ({exc.strerror})", "state file not written")
     return ""
 
 
@@ -190,20 +214,24 @@ def state_from_bundle(bundle: Bundle) -> CheckState | None:
 
 
 def restart_notes(previous: CheckState | None, current: CheckState | None) -> list[str]:
-    """Describe a restart between two runs: a new process start time, or a counter lower than before."""
+    """Describe a restart between two runs (a new process start time, a counter lower than before) in one note:
+    what showed it, in full for the long output; "server restarted since the last check" once on the status
+    line."""
     if previous is None or current is None:
         return []
-    notes = []
+    why = []
     if previous.process_start_time and current.process_start_time and \
             current.process_start_time != previous.process_start_time:
-        notes.append("server restarted since the last check (process start time changed)")
+        why.append("process start time changed")
     for name, old in previous.counters.items():
         new = current.counters.get(name)
         if new is not None and new < old:
-            notes.append(f"server restarted since the last check ({name} reset {old:g} → {new:g}; "
-                         "counted from zero, not as a negative rate)")
+            why.append(f"{name} reset {old:g} → {new:g}, counted from zero, not as a negative rate")
             break
-    return notes
+    if not why:
+        return []
+    short = "server restarted since the last check"
+    return [Note(f"{short}: {'; '.join(why)}", short)]
 
 
 SEVERITIES = ("ok", "warning", "critical")
@@ -277,17 +305,72 @@ def perfdata(bundle: Bundle, report: Report) -> str:
     return " ".join(parts)
 
 
-def status_line(code: int, report: Report | None, perf: str, extra: list[str], error: str = "") -> str:
-    """``KVDIAG <STATUS> - <class>: <summary>[; notes] | <perfdata>`` on one line."""
+def _split(text: str, room: int, clauses: bool = True) -> tuple[str, str]:
+    """``text`` as ``(shown, rest)`` with ``shown`` at most ``room`` characters and nothing said twice: whole
+    sentences when they fit, else the first sentence up to a ``:`` or ``;`` (or else a ``,``; the rest goes on),
+    else cut at a word (or after a ``/``) with "…" (the rest starts with "…"). ``clauses=False`` (an error
+    message, which starts with the file or option it is about) skips the sentence and clause steps."""
+    import re
+
+    text = text.strip()
+    if len(text) <= room:
+        return text, ""
+    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z(])", text) if clauses else [text]
+    shown = ""
+    for i, sentence in enumerate(sentences if clauses else []):
+        candidate = f"{shown} {sentence}".strip()
+        if len(candidate) > room:
+            break
+        shown = candidate
+    if shown:
+        return shown, " ".join(sentences[i:])
+    first = sentences[0]
+    for marks in (":;", ",") if clauses else ():  # a clause before a list's comma
+        for m in reversed(list(re.finditer(rf"[{marks}] ", first))):
+            if m.start() <= room and m.start() >= room // 3:
+                return first[:m.start()], (first[m.end():] + " " + " ".join(sentences[1:])).strip()
+    cut = first[:max(1, room - 1)]
+    breaks = [m.end() for m in re.finditer(r"[ /|]", cut) if m.end() >= room // 2]
+    if breaks:
+        cut = cut[:breaks[-1]]
+    cut = cut.rstrip(" ,;:")
+    return cut + "…", "…" + text[len(cut):].lstrip()
+
+
+def status_output(code: int, report: Report | None, perf: str, notes: list[str], error: str = "") -> str:
+    """The Nagios plugin output of a check (without the final newline).
+
+    First line ``KVDIAG <STATUS> - <class>: <summary>[; <short notes>] | <perfdata>``, at most
+    :data:`MAX_STATUS_CHARS` characters before `` | ``: the summary's first sentences or clause when it does not
+    fit (:func:`_split`), and each note by its short form (:func:`short_note`), each once. Then the long
+    output, one line each: the rest of the summary, and every note whose full text says more than its short
+    form (each once). ``|`` in any text becomes ``/`` (Nagios reads it as perfdata).
+    """
+    notes = list(dict.fromkeys(n for n in notes if n))
+    shorts = list(dict.fromkeys(short_note(n) for n in notes))
     if report is None:
-        text = f"KVDIAG UNKNOWN - {error}"
+        head, text = "KVDIAG UNKNOWN - ", " ".join(error.split())
     else:
         v = report.verdict
-        text = f"KVDIAG {STATUS[code]} - {v.primary}: {' '.join(v.summary.split())}"
-    if extra:
-        text = text.rstrip(".") + "; " + "; ".join(extra)
-    text = text.replace("|", "/")
-    return text + (f" | {perf}" if perf else "")
+        head, text = f"KVDIAG {STATUS[code]} - {v.primary}: ", " ".join(v.summary.split())
+    tail = "; " + "; ".join(shorts) if shorts else ""
+    if len(head) + len(tail) + 60 > MAX_STATUS_CHARS:  # many notes: name the first, count the rest
+        tail = f"; {shorts[0]}; {len(shorts) - 1} more note(s) below" if len(shorts) > 1 else tail
+        if len(head) + len(tail) + 60 > MAX_STATUS_CHARS:
+            tail = f"; {len(shorts)} note(s) below"
+    shown, rest = _split(text, MAX_STATUS_CHARS - len(head) - len(tail), clauses=report is not None)
+    if tail:
+        shown = shown.rstrip(".")
+    first = (head + shown + tail).replace("|", "/")[:MAX_STATUS_CHARS]
+    long_lines = [rest] if rest else []
+    long_lines += [n for n in notes if str(n) != short_note(n) or short_note(n) not in tail]
+    out = first + (f" | {perf}" if perf else "")
+    return "\n".join([out] + [" ".join(str(line).split()).replace("|", "/") for line in long_lines])
+
+
+def status_line(code: int, report: Report | None, perf: str, extra: list[str], error: str = "") -> str:
+    """The first line of :func:`status_output` (kept for callers that want the status line only)."""
+    return status_output(code, report, perf, extra, error).split("\n", 1)[0]
 
 
 def build_registry(instance: str, report: Report | None, success: bool, now: float) -> CollectorRegistry:
@@ -316,14 +399,14 @@ def write_textfile(directory: str, registry: CollectorRegistry) -> str:
     """Write ``DIR/kvdiag.prom`` atomically (prometheus-client writes a temp file and renames it).
 
     ``DIR`` must exist (node_exporter reads a folder it was configured with; a mistyped one is not created).
-    Returns a note when the file could not be written.
+    Returns a note (:class:`Note`) when the file could not be written.
     """
     if not Path(directory).is_dir():
-        return f"textfile {directory} not written (no such folder)"
+        return Note(f"textfile {directory} not written (no such folder)", "textfile not written")
     try:
         write_to_textfile(str(Path(directory) / TEXTFILE_NAME), registry)
     except OSError as exc:
-        return f"textfile {directory} not written ({exc.strerror or exc})"
+        return Note(f"textfile {directory} not written ({exc.strerror or exc})", "textfile not written")
     return ""
 
 
@@ -343,9 +426,9 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
         user, password = parts.username, parts.password
         plain = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, parts.query, ""))
     except ValueError:
-        return f"push to {shown} failed (not a URL)"
+        return Note(f"push to {shown} failed (not a URL)", "push failed")
     if parts.scheme not in ("http", "https"):
-        return f"push to {shown} failed (expected an http:// or https:// URL)"
+        return Note(f"push to {shown} failed (expected an http:// or https:// URL)", "push failed")
 
     def handler(url, method, timeout, headers, data):  # prometheus-client passes these by name
         if user is not None:
@@ -360,5 +443,5 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
     except Exception as exc:  # noqa: BLE001 - urllib errors of several kinds; the check still reports
         # the URL pushed to holds no credentials, so urllib's message is safe to show (cut short)
         reason = str(exc) if exc.__class__.__name__ == "ScrapeError" else f"{exc.__class__.__name__}: {str(exc)[:160]}"
-        return f"push to {shown} failed ({reason})"
+        return Note(f"push to {shown} failed ({reason})", "push failed")
     return ""

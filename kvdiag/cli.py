@@ -1,7 +1,8 @@
 """Command line: wiring only. Exit codes are mapped in one place, :func:`main`.
 
 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, unreadable input, unreachable URL, nothing
-evaluable), 130 on Ctrl-C. No traceback unless ``--debug``.
+evaluable), 130 on Ctrl-C or SIGTERM before anything was judged (one during a live window ends it and judges what
+was scraped, :class:`kvdiag.collect.metrics.WindowInterrupt`). No traceback unless ``--debug``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,43 @@ def _finite(ctx, param, value):
     return value
 
 
+def exit_codes(*rows: tuple[str, str]) -> str:
+    """A command's ``--help`` epilog listing its exit codes, one per line, wrapped to the help's width (click keeps
+    a ``\\b`` paragraph as it is)."""
+    width = max(len(code) for code, _ in rows)
+    lines = []
+    for code, text in rows:
+        lines += textwrap.wrap(text, width=92 - width, initial_indent=f"{code:<{width}}  ",
+                               subsequent_indent=" " * (width + 2)) or [code]
+    return "\b\nExit codes:\n" + "\n".join(lines)
+
+
+INTERRUPT_ROW = ("130", "interrupted: Ctrl-C or SIGTERM before anything was judged, or a second one (one during a "
+                        "--metrics-url window ends it early and judges what was scraped)")
+JUDGE_CODES = exit_codes(("0", "no problem found"), ("1", "warning"), ("2", "critical"),
+                         ("3", "could not judge: bad usage, unreadable input, unreachable URL, nothing evaluable"),
+                         INTERRUPT_ROW)
+CHECK_CODES = exit_codes(("0", "OK"), ("1", "WARNING"), ("2", "CRITICAL"),
+                         ("3", "UNKNOWN: could not judge, or an OK verdict whose --state, --textfile or --pushgateway "
+                               "failed"), INTERRUPT_ROW)
+RECORD_CODES = exit_codes(("0", "recording written"),
+                          ("3", "nothing recorded (the first scrape failed), bad usage, --out not writable"),
+                          ("130", "interrupted (what was recorded so far is written first)"))
+ESTIMATE_CODES = exit_codes(("0", "estimate printed"), ("3", "bad usage, unreadable or invalid --model-config"))
+LIST_CODES = exit_codes(("0", "listed"), ("3", "bad usage, an invalid rule file under --rules"))
+EXPLAIN_CODES = exit_codes(("0", "explained"), ("3", "no such rule, bad usage, an invalid rule file under --rules"))
+EXPORT_CODES = exit_codes(("0", "written"), ("3", "bad usage, an invalid rule file, --out or --tests not writable"))
+RULES_TEST_CODES = exit_codes(("0", "every case passed"), ("1", "a case failed"),
+                              ("3", "bad usage, invalid rule or case files"))
+RULES_CODES = exit_codes(("0", "done (rules test: every case passed)"), ("1", "rules test: a case failed"),
+                         ("3", "bad usage, an invalid rule or case file, an unknown rule id"))
+GROUP_CODES = exit_codes(("0", "analyze, check: no problem found; the other commands: done"),
+                         ("1", "analyze, check: warning; rules test: a case failed"),
+                         ("2", "analyze, check: critical"),
+                         ("3", "could not judge: bad usage, unreadable input, unreachable URL, nothing evaluable"),
+                         ("130", "interrupted (see 'kvdiag analyze --help')"))
+
+
 def _source_options(f):
     """The sources shared by the judging verbs."""
     options = [
@@ -84,9 +122,9 @@ def _source_options(f):
                      help="Tensor parallel size of the deployment (when the log does not say)."),
         click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
                      callback=_finite,
-                     metavar="R", help="gpu_memory_utilization of the deployment (when the inputs do not say)."),
+                     metavar="RATIO", help="gpu_memory_utilization of the deployment (when the inputs do not say)."),
         click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files."),
-        click.option("--year", type=click.IntRange(1970, 2100), default=None,
+        click.option("--year", type=click.IntRange(1970, 2100), default=None, metavar="YEAR",
                      help="Year of log timestamps (vLLM prints none), 1970..2100."),
     ]
     for option in reversed(options):
@@ -160,7 +198,8 @@ def _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout):
     return HttpOptions(timeout=timeout, headers=hdrs, verify=False if insecure else (ca_cert or True))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog=GROUP_CODES)
 @click.version_option(__version__, prog_name="kvdiag")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
@@ -170,7 +209,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-@cli.command()
+@cli.command(epilog=JUDGE_CODES)
 @_source_options
 @click.option("--prometheus-url", default=None, metavar="URL",
               help="Judge every vLLM instance a Prometheus-API server (Prometheus, Thanos, Mimir, VictoriaMetrics) "
@@ -250,7 +289,7 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     ctx.exit(report.exit_code)
 
 
-@cli.command()
+@cli.command(epilog=CHECK_CODES)
 @_source_options
 @click.option("--warn-on", multiple=True, metavar="CLASS|SEVERITY", help="WARNING when the verdict is this class "
               "or severity (repeatable). With --warn-on/--fail-on, other verdicts are OK.")
@@ -260,15 +299,15 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
               help="Remember counters between runs: judge the increase since the last check, notice restarts.")
 @click.option("--textfile", default=None, metavar="DIR", help="Write DIR/kvdiag.prom for node_exporter.")
 @click.option("--pushgateway", default=None, metavar="URL", help="Push the verdict series to a Pushgateway.")
-@click.option("--job", default="kvdiag", show_default=True, help="Pushgateway job name.")
-@click.option("--instance", default=None, help="Instance label (default: the URL or file checked).")
+@click.option("--job", default="kvdiag", show_default=True, metavar="NAME", help="Pushgateway job name.")
+@click.option("--instance", default=None, metavar="NAME", help="Instance label (default: the URL or file checked).")
 @_http_options
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
 def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
           gpu_memory_utilization, rules_dirs, year, warn_on, fail_on, state_file, textfile, pushgateway, job, instance,
           headers, bearer_token_file, ca_cert, insecure, timeout, debug):
-    """One Nagios-style line with perfdata; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (for cron and CronJobs).
+    """A Nagios status line (at most 200 characters) with perfdata, details below it (for cron and CronJobs).
 
     By default one scrape of each --metrics-url (--duration 1s); with --state the window runs from the previous
     check to this one.
@@ -277,6 +316,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
 
     from . import check as chk
     from .analyze import analyze as run
+    from .collect.metrics import WindowInterrupt
     from .errors import KvdiagError
 
     if not (logs or metrics_files or metrics_urls or (model_config and gpu_memory)):
@@ -307,6 +347,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
             notes.append(state_note)
     kept: list = []
     now = _time.time()
+    interrupt = WindowInterrupt()
     try:
         report = run(logs=list(logs), metrics_files=list(metrics_files), metrics_urls=list(metrics_urls),
                      duration=duration, interval=interval, model_config=model_config, rules_dirs=list(rules_dirs),
@@ -314,16 +355,18 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
                      deployment={"gpu_total_bytes": gpu_memory and gpu_memory * 2**30,
                                  "tensor_parallel_size": tensor_parallel_size,
                                  "gpu_memory_utilization": gpu_memory_utilization},
-                     seed=(lambda b: chk.seed_from_state(b, previous)) if previous else None, keep=kept)
+                     seed=(lambda b: chk.seed_from_state(b, previous)) if previous else None, keep=kept,
+                     interrupt=interrupt)
     except KvdiagError as exc:
         if debug or ctx.obj.get("debug"):
             raise
-        line = chk.status_line(3, None, "", notes, error=str(exc))
         reg = chk.build_registry(inst, None, False, now)
-        extra = [n for n in ((textfile and chk.write_textfile(textfile, reg)),
-                             (pushgateway and chk.push(pushgateway, job, inst, reg, timeout=timeout))) if n]
-        click.echo(line + ("; " + "; ".join(extra) if extra else ""))
+        notes += [n for n in ((textfile and chk.write_textfile(textfile, reg)),
+                              (pushgateway and chk.push(pushgateway, job, inst, reg, timeout=timeout))) if n]
+        click.echo(chk.status_output(3, None, "", notes, error=str(exc)))
         ctx.exit(3)
+    if interrupt.note:
+        notes.append(chk.Note(interrupt.note, "window cut short by an interrupt"))
     bundle = kept[0]
     current = chk.state_from_bundle(bundle)
     notes += chk.restart_notes(previous, current)
@@ -340,17 +383,17 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
             notes.append(note)
             if code == 0:
                 code = 3  # the verdict did not reach the monitoring it was meant for: not OK, never hides CRITICAL
-    click.echo(chk.status_line(code, report, chk.perfdata(bundle, report), notes))
+    click.echo(chk.status_output(code, report, chk.perfdata(bundle, report), notes))
     ctx.exit(code)
 
 
-@cli.command()
+@cli.command(epilog=RECORD_CODES)
 @click.option("--metrics-url", required=True, metavar="URL", help="The /metrics endpoint to record.")
 @click.option("--interval", type=SCRAPE_INTERVAL, default="5s", show_default=True,
               help="Time between scrapes (at least 100ms).")
 @click.option("--duration", type=SCRAPE_DURATION, default="10m", show_default=True,
               help="How long to record (at most 7d).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="FILE.om",
+@click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="OpenMetrics file to write (a timestamp on every sample, '# EOF').")
 @_http_options
 @click.option("--progress/--no-progress", default=None, help="Progress line while recording (default: on a terminal).")
@@ -358,7 +401,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
 def record(metrics_url, interval, duration, out, headers, bearer_token_file, ca_cert, insecure, timeout, progress,
            debug):
     """Record a /metrics endpoint to OpenMetrics for 'analyze --metrics-file' or 'promtool tsdb create-blocks-from
-    openmetrics'. Exit 0 written, 3 nothing recorded."""
+    openmetrics'."""
     from .record import record as rec
 
     from .collect.metrics import safe_url
@@ -380,12 +423,12 @@ for _p in check.params:  # check's --duration default is one scrape, not the sha
     if _p.name == "duration":
         _p.show_default = "1s: one scrape; with --state, since the last check"
 
-@cli.group()
+@cli.group(epilog=RULES_CODES)
 def rules() -> None:
     """List, explain, test and export the diagnosis rules."""
 
 
-@rules.command("list")
+@rules.command("list", epilog=LIST_CODES)
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
 def rules_list(rules_dirs) -> None:
     """One line per rule: id, class, severity, title."""
@@ -393,14 +436,14 @@ def rules_list(rules_dirs) -> None:
         click.echo(f"{r.id:10} {r.cls:24} {r.severity:9} {r.title}")
 
 
-@rules.command("export")
+@rules.command("export", epilog=EXPORT_CODES)
 @click.option("--format", "fmt", type=click.Choice(["prometheus"]), default="prometheus", show_default=True)
 @click.option("--out", default=None, metavar="FILE", help="Write the rule file here (default: standard output).")
 @click.option("--tests", "tests_out", default=None, metavar="FILE",
               help="Also write a 'promtool test rules' file built from the rules' cases.")
 @click.option("--window", type=Duration(max_seconds=366 * 86400), default="5m", show_default=True,
               help="Range of the *_over_time windows (at most 366d).")
-@click.option("--for", "for_", type=str, default="0m", show_default=True,
+@click.option("--for", "for_", type=str, default="0m", show_default=True, metavar="DURATION",
               help="'for:' of every alert (at most 366d).")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
 def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
@@ -451,13 +494,13 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
         click.echo(f"kvdiag: {note}", err=True)
 
 
-@rules.command("test")
+@rules.command("test", epilog=RULES_TEST_CODES)
 @click.argument("cases_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every case, not only failures.")
 @click.pass_context
 def rules_test(ctx, cases_dir, rules_dirs, verbose) -> None:
-    """Run rule case files (default: the shipped rules' cases). Exit 0 all pass, 1 a case failed, 3 bad files."""
+    """Run rule case files (default: the shipped rules' cases)."""
     from .engine.runcases import all_cases, run_case
 
     rules = load_rules(list(rules_dirs))
@@ -476,7 +519,7 @@ def rules_test(ctx, cases_dir, rules_dirs, verbose) -> None:
     ctx.exit(1 if failed else 0)
 
 
-@rules.command("explain")
+@rules.command("explain", epilog=EXPLAIN_CODES)
 @click.argument("rule_id")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
 def rules_explain(rule_id, rules_dirs) -> None:
@@ -496,6 +539,7 @@ def rules_explain(rule_id, rules_dirs) -> None:
 
 from .estimate_cmd import estimate  # noqa: E402  (the capacity model's command)
 
+estimate.epilog = ESTIMATE_CODES
 cli.add_command(estimate)
 
 
@@ -508,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     def nagios(message: str) -> None:
         """``kvdiag check`` speaks Nagios: a failure before the verdict is still one UNKNOWN line on stdout."""
         if verb == "check":
-            click.echo(f"KVDIAG UNKNOWN - {' '.join(message.split())}".replace("|", "/"))
+            from .check import status_output
+
+            click.echo(status_output(3, None, "", [], error=message))
     try:
         if not [a for a in args if a != "--debug"]:  # bare 'kvdiag': what it does, not an error
             click.echo(cli.get_help(click.Context(cli, info_name="kvdiag")))

@@ -72,24 +72,26 @@ def _relabel(exc: InputError, path: str) -> InputError:
 
 
 @click.command("estimate")
-@click.option("--model-config", "model_config", required=True, type=click.Path(dir_okay=False),
+@click.option("--model-config", "model_config", required=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="Hugging Face config.json of the model.")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, type=_KV_DTYPES,
               help="vLLM --kv-cache-dtype (auto = model dtype).")
-@click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL))
-@click.option("--pipeline-parallel-size", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL))
-@click.option("--block-size", default=None, type=click.IntRange(1, MAX_BLOCK_SIZE),
+@click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL), metavar="N",
+              help="vLLM --tensor-parallel-size.")
+@click.option("--pipeline-parallel-size", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
+              metavar="N", help="vLLM --pipeline-parallel-size.")
+@click.option("--block-size", default=None, type=click.IntRange(1, MAX_BLOCK_SIZE), metavar="TOKENS",
               help="vLLM --block-size, tokens (default 16; raised for hybrid Mamba models).")
-@click.option("--max-model-len", default=None, type=click.IntRange(1, MAX_TOKENS),
+@click.option("--max-model-len", default=None, type=click.IntRange(1, MAX_TOKENS), metavar="TOKENS",
               help="Tokens per request (default: the config's max_position_embeddings).")
-@click.option("--max-num-batched-tokens", default=None, type=click.IntRange(1, MAX_TOKENS),
+@click.option("--max-num-batched-tokens", default=None, type=click.IntRange(1, MAX_TOKENS), metavar="TOKENS",
               help=f"Scheduler token budget (default {cap.DEFAULT_MAX_NUM_BATCHED_TOKENS}); sizes sliding windows.")
-@click.option("--vllm-version", default=None, help="vLLM version, e.g. 0.11.0; selects what the log prints.")
-@click.option("--kv-cache-memory", "kv_cache_memory", default=None, type=GIB_OPTION,
+@click.option("--vllm-version", default=None, metavar="VERSION", help="vLLM version, e.g. 0.11.0; selects what the log prints.")
+@click.option("--kv-cache-memory", "kv_cache_memory", default=None, type=GIB_OPTION, metavar="GiB",
               help="vLLM's 'Available KV cache memory' of one worker, GiB.")
-@click.option("--gpu-memory", "gpu_memory", default=None, type=GIB_OPTION,
+@click.option("--gpu-memory", "gpu_memory", default=None, type=GIB_OPTION, metavar="GiB",
               help="Total memory of one GPU, GiB (KV memory is then estimated).")
-@click.option("--gpu-memory-utilization", default=None, type=_Finite(0, 1),
+@click.option("--gpu-memory-utilization", default=None, type=_Finite(0, 1), metavar="RATIO",
               help="vLLM --gpu-memory-utilization (with --gpu-memory; default 0.9, 0.92 from 0.24).")
 @click.option("--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]))
 def estimate(

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conftest import FIXTURES
+from test_check import nagios
 
 PRESS = str(FIXTURES / "metrics" / "vllm033_pressure_0054.prom")
 
@@ -17,7 +18,9 @@ PRESS = str(FIXTURES / "metrics" / "vllm033_pressure_0054.prom")
 def test_unknown_warn_on_fail_on_value_is_refused(kvdiag, option, value):
     # without the check a typo turned this CRITICAL into OK (rc 0)
     res = kvdiag("check", "--metrics-file", PRESS, option, value)
-    assert res.code == 3 and res.out.startswith("KVDIAG UNKNOWN - ") and len(res.out.splitlines()) == 1  # Nagios line
+    status, details = nagios(res)  # a status line of at most 200 characters; the rest of the error below it
+    assert res.code == 3 and status.startswith(f"KVDIAG UNKNOWN - {option} {value!r}: expected a severity")
+    assert status.endswith("…") and details[-1].startswith("…") and details[-1].endswith("weights_dont_fit)")
     err = res.err.strip()
     assert err.startswith(f"kvdiag: error: {option} {value!r}: expected a severity (ok|warning|critical) "
                           "or a verdict class (")
@@ -39,7 +42,8 @@ def test_state_never_overwrites_a_file_that_is_not_a_state_file(kvdiag, tmp_path
     victim = tmp_path / name
     victim.write_text(content)
     res = kvdiag("check", "--metrics-file", PRESS, "--state", str(victim))
-    assert res.code == 3 and res.out.startswith("KVDIAG UNKNOWN - ") and len(res.out.splitlines()) == 1  # Nagios line
+    status, _ = nagios(res)
+    assert res.code == 3 and status.startswith(f"KVDIAG UNKNOWN - --state {victim}: not a kvdiag state file")
     assert res.err.strip() == (f'kvdiag: error: --state {victim}: not a kvdiag state file (expected a JSON object '
                                'with a "version" key); refusing to overwrite it')
     assert victim.read_text() == content
@@ -78,5 +82,7 @@ def test_textfile_failure_turns_ok_into_unknown(kvdiag, tmp_path):
     out = tmp_path / "missing" / "tf"
     res = kvdiag("check", "--metrics-file", str(FIXTURES / "metrics" / "v011_usage_split_across_api_servers.prom"),
                  "--textfile", str(out))
-    assert res.code == 3 and res.out.startswith("KVDIAG UNKNOWN - healthy:")
-    assert ".;" not in res.out and f"; textfile {out} not written (no such folder)" in res.out
+    status, details = nagios(res)
+    assert res.code == 3 and status.startswith("KVDIAG UNKNOWN - healthy:")
+    assert ".;" not in status and "; textfile not written" in status                 # the short form up there,
+    assert f"textfile {out} not written (no such folder)" in details                 # why, in the long output

@@ -22,12 +22,21 @@ def case(prefix: str) -> str:
     return str(next(INCIDENTS.glob(f"{prefix}-*")) / "vllm.log")
 
 
-def one_line(res) -> str:
+def nagios(res) -> tuple[str, list[str]]:
+    """Nagios plugin output: ``(status line, long-output lines)``. The status line is at most 200 characters
+    before `` | perfdata``; long-output lines carry no ``|`` and no second status."""
     lines = res.out.splitlines()
-    assert len(lines) == 1, res.out
-    assert LINE.match(lines[0]), lines[0]
+    assert lines and LINE.match(lines[0]), res.out
+    assert len(lines[0].split(" | ", 1)[0]) <= 200, lines[0]
+    for extra in lines[1:]:
+        assert extra.strip() and "|" not in extra and not extra.startswith("KVDIAG "), res.out
     assert "Traceback" not in res.err
-    return lines[0]
+    return lines[0], lines[1:]
+
+
+def one_line(res) -> str:
+    """The status line (see :func:`nagios`)."""
+    return nagios(res)[0]
 
 
 @pytest.mark.parametrize("args, code, status", [
@@ -99,7 +108,8 @@ def test_corrupt_state_file_never_crashes(kvdiag, tmp_path, content):
 def test_state_in_a_missing_folder_is_refused(kvdiag, tmp_path):
     state = tmp_path / "sub" / "state.json"
     res = kvdiag("check", "--log", case("009"), "--state", str(state))
-    assert res.code == 3 and res.out.startswith("KVDIAG UNKNOWN - ") and len(res.out.splitlines()) == 1  # Nagios line
+    status, _ = nagios(res)
+    assert res.code == 3 and status.startswith(f"KVDIAG UNKNOWN - --state {state}: folder ")  # Nagios line
     assert res.err.strip() == f"kvdiag: error: --state {state}: folder {state.parent} does not exist " \
                               "(kvdiag does not create it)"
     assert not state.parent.exists()

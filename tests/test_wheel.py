@@ -1,4 +1,8 @@
-"""The built wheel carries rules/ inside the package: install it into a fresh venv and list the rules."""
+"""The built wheel carries rules/ inside the package: install it into a fresh venv and list the rules.
+
+Works from inside a venv and outside one: the fresh venv sees the running interpreter's dependencies through a
+``.pth`` file (:mod:`freshvenv`), not through ``--system-site-packages`` (which, from a venv, is the base
+interpreter's)."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import subprocess
 import sys
 
 from conftest import FIXTURES, ROOT
+from freshvenv import make_venv
 
 
 def test_wheel_installs_and_lists_rules(tmp_path):
@@ -14,9 +19,9 @@ def test_wheel_installs_and_lists_rules(tmp_path):
                    check=True, capture_output=True, timeout=600)
     wheel = next(dist.glob("kvdiag-*.whl"))
     venv = tmp_path / "venv"
-    # system site-packages only provide the dependencies (pandas, click, ...); kvdiag itself comes from the wheel
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
-    py = venv / "bin" / "python"
+    # the running interpreter's site-packages only provide the dependencies (pandas, click, ...); kvdiag itself
+    # comes from the wheel
+    py = make_venv(venv)
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
                    check=True, capture_output=True, timeout=600)
     where = subprocess.run([str(py), "-c", "import kvdiag, kvdiag.engine.model as m; "

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 import math
 import re
+import signal
 import sys
 import threading
 import time
@@ -636,7 +637,10 @@ def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tu
 class Target:
     """One /metrics endpoint being scraped: its bundle, what was read, and why it failed (if it did).
 
-    ``url`` is the shown form (:func:`safe_url`: no credentials), ``fetch_url`` the one requested."""
+    ``url`` is the shown form (:func:`safe_url`: no credentials), ``fetch_url`` the one requested.
+    ``last_usage`` / ``peak_usage`` are the KV usage (ratio 0-1, max over engines) of the last scrape and the
+    highest so far, for the progress line. Once ``closed`` (under ``lock``), a page still in flight is dropped:
+    the window is over and its bundle is being judged."""
 
     url: str
     bundle: Bundle
@@ -644,7 +648,58 @@ class Target:
     page: PageInfo = field(default_factory=PageInfo)
     error: str | None = None
     last_usage: float | None = None
+    peak_usage: float | None = None
     fetch_url: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    closed: bool = False
+
+
+class WindowInterrupt:
+    """SIGINT / SIGTERM during a live window: the first ends the window early, a second aborts at once.
+
+    Use as a ``with`` block around the scrapes and pass it to :func:`scrape_targets`. While the block runs (in
+    the main thread; elsewhere it installs nothing), the first signal sets :attr:`stop`, so the scrape loops end
+    and what was scraped is judged; :func:`scrape_targets` then sets :attr:`note` ("window cut short at 7 s of
+    60 s by an interrupt (SIGINT); …"), or raises ``KeyboardInterrupt`` (exit 130) when no scrape had
+    succeeded. A second signal raises ``KeyboardInterrupt`` at once. The previous handlers are restored when the
+    block ends, so an interrupt before or after the window (while judging) behaves as it always did.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.signal_name: str | None = None
+        self.at: float | None = None  # time.monotonic() of the first signal
+        self.note = ""
+        self._old: dict = {}
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signal_name is not None
+
+    def _handle(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+        self.at = time.monotonic()
+        self.stop.set()
+
+    def __enter__(self) -> "WindowInterrupt":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._old = {}
+        return False
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
 def _scrape_loop(target: Target, session: requests.Session, duration: float, interval: float, timeout: float,
@@ -653,21 +708,30 @@ def _scrape_loop(target: Target, session: requests.Session, duration: float, int
     while not stop.is_set():
         try:
             families, t = scrape_once(session, target.fetch_url or target.url, timeout)
-            target.info.observations += add_page(target.bundle, families, target.url, t, target.page)
-            target.info.records += 1
-            if on_page is not None:
-                on_page(families, t)
-            u = target.bundle.signal("kv_cache_usage") if target.bundle.has("kv_cache_usage") else None
-            target.last_usage = None if u is None or u.empty else float(u["value"].iloc[-1])
+            with target.lock:
+                if target.closed:
+                    return
+                target.info.observations += add_page(target.bundle, families, target.url, t, target.page)
+                target.info.records += 1
+                if on_page is not None:
+                    on_page(families, t)
+                u = target.bundle.signal("kv_cache_usage") if target.bundle.has("kv_cache_usage") else None
+                if u is not None and not u.empty:
+                    at_last = u["value"][u["t"] == u["t"].iloc[-1]]  # every engine of the last scrape
+                    target.last_usage = float(at_last.max() if len(at_last) else u["value"].iloc[-1])
+                    target.peak_usage = float(u["value"].max())
         except Exception as exc:  # noqa: BLE001 - nothing may escape the thread: a traceback and a silent gap
             if not isinstance(exc, ScrapeError):
                 exc = ScrapeError(f"{target.url}: scrape failed ({exc.__class__.__name__})")
-            if target.info.records == 0 and n == 0:
-                target.error = str(exc)
-                return
-            target.info.skipped += 1
-            if len(target.info.notes) < 5:
-                target.info.notes.append(f"scrape failed: {exc}")
+            with target.lock:
+                if target.closed:
+                    return
+                if target.info.records == 0 and n == 0:
+                    target.error = str(exc)
+                    return
+                target.info.skipped += 1
+                if len(target.info.notes) < 5:
+                    target.info.notes.append(f"scrape failed: {exc}")
         n += 1
         elapsed = time.monotonic() - start
         if elapsed + interval > duration + 1e-9:
@@ -675,21 +739,43 @@ def _scrape_loop(target: Target, session: requests.Session, duration: float, int
         stop.wait(max(0.0, start + n * interval - time.monotonic()))
 
 
+def progress_line(targets: list[Target], elapsed: float, duration: float) -> str:
+    """The live progress line: servers, scrapes, time, and the KV usage peak so far and the last reading, both
+    named ("KV usage peak 99.0%, last 97.6%"; with several servers, the highest peak and the highest last
+    reading)."""
+    done = sum(tg.info.records for tg in targets)
+    failed = sum(1 for tg in targets if tg.error)
+    peaks = [tg.peak_usage for tg in targets if tg.peak_usage is not None]
+    lasts = [tg.last_usage for tg in targets if tg.last_usage is not None]
+    return (f"kvdiag: {len(targets)} server(s), {done} scrape(s), {elapsed:.0f}/{duration:.0f}s"
+            + (f", KV usage peak {max(peaks):.1%}, last {max(lasts):.1%}" if peaks and lasts else "")
+            + (f", {failed} failed" if failed else ""))
+
+
 def scrape_targets(urls: list[str], duration: float, interval: float, opts: HttpOptions | None = None,
-                   progress: bool | None = None, on_page=None) -> list[Target]:
+                   progress: bool | None = None, on_page=None, interrupt: WindowInterrupt | None = None
+                   ) -> list[Target]:
     """Scrape every URL every ``interval`` seconds for ``duration`` seconds (at least once), all at once.
 
     One thread per URL; each has its own bundle. A URL whose first scrape fails stops there with
     ``error`` set (the others go on); later failures are counted in ``info.skipped`` with the
     reason in ``info.notes``. While the window runs, a progress line on stderr (when it is a
-    terminal, or ``progress=True``) shows the scrapes done, the time left and the last KV usage.
+    terminal, or ``progress=True``) shows the scrapes done, the time left and the KV usage (peak so far
+    and last reading, :func:`progress_line`).
     ``on_page(families, t)`` is called for every page of a single URL (used by ``kvdiag record``).
+
+    ``interrupt`` (a :class:`WindowInterrupt`, entered by the caller) ends the window early on SIGINT/SIGTERM:
+    the scrapes stop (a page still in flight after a second's grace is dropped), ``interrupt.note`` says when,
+    and the targets are returned to be judged.
+
+    Raises:
+        KeyboardInterrupt: interrupted before any scrape succeeded, or a second signal.
     """
     opts = opts or HttpOptions()
     targets = [Target(url=safe_url(u), bundle=Bundle(), info=InputInfo(kind="metrics-url", name=safe_url(u)),
                       fetch_url=u) for u in urls]
     show = sys.stderr.isatty() if progress is None else progress
-    stop = threading.Event()
+    stop = interrupt.stop if interrupt is not None else threading.Event()
     start = time.monotonic()
     threads = [threading.Thread(target=_scrape_loop, daemon=True,
                                 args=(tg, make_session(opts=opts), duration, interval, opts.timeout, start, stop,
@@ -697,46 +783,56 @@ def scrape_targets(urls: list[str], duration: float, interval: float, opts: Http
                for tg in targets]
     for th in threads:
         th.start()
+    grace_until = None
     try:
         while any(th.is_alive() for th in threads):
             for th in threads:
                 th.join(timeout=0.5)
                 if th.is_alive():
                     break
+            if stop.is_set():  # interrupted: a scrape in flight gets a second to land, then the window is over
+                grace_until = grace_until or time.monotonic() + 1.0
+                if time.monotonic() >= grace_until:
+                    break
             if show:
-                elapsed = min(time.monotonic() - start, duration)
-                done = sum(tg.info.records for tg in targets)
-                failed = sum(1 for tg in targets if tg.error)
-                usage = [tg.last_usage for tg in targets if tg.last_usage is not None]
-                line = (f"\rkvdiag: {len(targets)} server(s), {done} scrape(s), {elapsed:.0f}/{duration:.0f}s"
-                        + (f", KV usage up to {max(usage):.1%}" if usage else "")
-                        + (f", {failed} failed" if failed else "") + " ")
-                sys.stderr.write(line)
+                sys.stderr.write("\r" + progress_line(targets, min(time.monotonic() - start, duration), duration)
+                                 + " ")
                 sys.stderr.flush()
     except KeyboardInterrupt:
         stop.set()
+        if show:
+            sys.stderr.write("\n")
         raise
+    finally:
+        for tg in targets:
+            with tg.lock:
+                tg.closed = True
     if show:
         sys.stderr.write("\n")
         sys.stderr.flush()
+    if interrupt is not None and interrupt.interrupted:
+        scrapes = sum(tg.info.records for tg in targets)
+        if not scrapes:
+            raise KeyboardInterrupt
+        cut = min(max(0.0, (interrupt.at or start) - start), duration)
+        interrupt.note = (f"window cut short at {_fmt_s(cut)} of {_fmt_s(duration)} by an interrupt "
+                          f"({interrupt.signal_name}); judged on the {scrapes} scrape(s) taken")
     for tg in targets:
-        if tg.info.observations == 0 and not tg.error:
+        if tg.info.records == 0 and not tg.error and interrupt is not None and interrupt.interrupted:
+            tg.info.notes.append("no scrape finished before the interrupt")
+        elif tg.info.observations == 0 and not tg.error:
             tg.info.notes.append("no vllm: series on this endpoint")
         tg.info.notes += tg.page.notes()
         tg.bundle.inputs.append(tg.info)
     return targets
 
 
-def scrape(bundle: Bundle, url: str, duration: float, interval: float, timeout: float = 5.0,
-           progress: bool | None = None, opts: HttpOptions | None = None) -> InputInfo:
-    """Scrape one ``url`` into ``bundle`` every ``interval`` seconds for ``duration`` seconds (at least once).
+def merge_target(bundle: Bundle, target: Target) -> InputInfo:
+    """Copy one scraped target's observations, dropped-value counts and input info into ``bundle``.
 
     Raises:
-        ScrapeError: the first scrape failed (refused, timeout, HTTP error, not a /metrics page).
+        ScrapeError: the target's first scrape failed.
     """
-    if opts is None:
-        opts = HttpOptions(timeout=timeout)
-    (target,) = scrape_targets([url], duration, interval, opts, progress)
     if target.error:
         raise ScrapeError(target.error)
     frame = target.bundle.frame()
@@ -748,3 +844,18 @@ def scrape(bundle: Bundle, url: str, duration: float, interval: float, timeout: 
                    t=None if math.isnan(row.t) else row.t, text=row.text, segment=row.segment)
     bundle.inputs.append(target.info)
     return target.info
+
+
+def scrape(bundle: Bundle, url: str, duration: float, interval: float, timeout: float = 5.0,
+           progress: bool | None = None, opts: HttpOptions | None = None,
+           interrupt: WindowInterrupt | None = None) -> InputInfo:
+    """Scrape one ``url`` into ``bundle`` every ``interval`` seconds for ``duration`` seconds (at least once).
+
+    Raises:
+        ScrapeError: the first scrape failed (refused, timeout, HTTP error, not a /metrics page).
+        KeyboardInterrupt: see :func:`scrape_targets` (``interrupt``).
+    """
+    if opts is None:
+        opts = HttpOptions(timeout=timeout)
+    (target,) = scrape_targets([url], duration, interval, opts, progress, interrupt=interrupt)
+    return merge_target(bundle, target)
