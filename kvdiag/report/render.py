@@ -181,14 +181,15 @@ class _Text:
     def para(self, text: str, indent: str, style: str | None = None) -> None:
         self.lines += _plain(_fill(_words(redact(text)), self.width, indent), style)
 
-    def evidence(self, head: str, source: str, indent: str) -> None:
-        """``- signal (agg) = value   <- SOURCE``: the head and the source each kept whole if they fit a line,
-        the arrow moving with the source."""
+    def evidence(self, head: str, value: str, source: str, indent: str) -> None:
+        """``- signal (agg) = value   <- SOURCE``: the value (``56,160 tokens``) and the source each kept whole if
+        they fit a line, the arrow moving with the source."""
         more = indent + "  "
         source = redact(source)
         room = self.width - len(more) - 3
         atoms = _source_atoms(source, room)
-        atoms = [("", redact(head)), ("   ", "<- " + atoms[0][1])] + atoms[1:]
+        atoms = _words(redact(head)) + [(" ", redact(value)), ("   ", "<- " + atoms[0][1])] + atoms[1:]
+        atoms[0] = ("", atoms[0][1])
         self.lines += _plain(_fill(atoms, self.width, indent, more))
 
     def items(self, head: str, items: list[str], indent: str = "") -> None:
@@ -233,7 +234,7 @@ def _one(out: _Text, report: Report) -> None:
             out.line(("  Evidence:", None))
             for e in f.evidence:
                 agg = "" if e.agg == "last" else f" ({e.agg})"
-                out.evidence(f"- {e.signal}{agg} = {_fmt_value(e.value, e.unit)}", e.source, "    ")
+                out.evidence(f"- {e.signal}{agg} =", _fmt_value(e.value, e.unit), e.source, "    ")
         if f.remedy:
             out.line(("  Fix:", None))
             for r in f.remedy:
