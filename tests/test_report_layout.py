@@ -290,3 +290,16 @@ def test_several_servers_json_lists_instances(static_server):
     assert text.splitlines()[0].startswith("CRITICAL: capacity_pressure (confidence high) on ")
     assert max(len(line) for line in text.splitlines()) <= 80
     assert sum(line.startswith("=== ") for line in text.splitlines()) == 2
+
+
+def test_healthy_summary_counts_what_the_report_lists():
+    """A metrics-only healthy server: the summary's "could not be judged" counts the rules listed as not judged
+    (the log-only rules among them), its "judged quiet" the rules ruled out or checked on evidence."""
+    data, text, md = _all_formats("--metrics-file", "fixtures/metrics/vllm033_quiet_0030.prom")
+    assert data["verdict"]["primary"] == "healthy"
+    m = re.search(r"(\d+) rule\(s\) judged quiet, (\d+) could not be judged", data["verdict"]["summary"])
+    assert m, data["verdict"]["summary"]
+    not_judged = _text_not_judged(text)
+    assert int(m.group(2)) == len(not_judged) and set(LOG_ONLY_RULES) <= set(not_judged)
+    on_evidence = [f for f in data["findings"] if f["status"] == "quiet" and not f["reason"]]
+    assert int(m.group(1)) == len(on_evidence)

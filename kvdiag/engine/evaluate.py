@@ -446,9 +446,10 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
     if judged:
         unknown = len(findings) - len(judged)
         conf = "high" if unknown == 0 else ("medium" if len(judged) >= unknown else "low")
-        summary = f"No KV-cache or GPU-memory problem found: {len(judged) - len(notes)} rule(s) judged quiet"
-        if unknown:
-            summary += f", {unknown} could not be judged (missing signals)"
+        bare = sum(1 for f in judged if f.status == "quiet" and not f.on_evidence)  # shown as not judged
+        summary = f"No KV-cache or GPU-memory problem found: {len(judged) - len(notes) - bare} rule(s) judged quiet"
+        if unknown or bare:
+            summary += f", {unknown + bare} could not be judged (missing signals)"
         summary += "."
         for n in notes:
             summary += f" Note: {n.message}"
