@@ -224,11 +224,13 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the report here instead of standard output.")
+@click.option("--width", type=click.IntRange(40, 1000), default=None, metavar="N", help="Wrap the text report at N "
+              "columns (default: the terminal's width on a terminal, else 100).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
 def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
             gpu_memory_utilization, rules_dirs, year, prometheus_url, selector, since, until, step, headers,
-            bearer_token_file, ca_cert, insecure, timeout, progress, fmt, output, debug):
+            bearer_token_file, ca_cert, insecure, timeout, progress, fmt, output, width, debug):
     """Diagnose a server from its logs and /metrics; verdict first, evidence under it.
 
     Several --metrics-url, or --prometheus-url: one verdict per server, the worst first.
@@ -257,7 +259,7 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
         raise click.UsageError("with several --metrics-url kvdiag cannot tell which server a --log or "
                                "--metrics-file belongs to; analyze them one server at a time")
     from .analyze import analyze as run
-    from .report.render import RENDERERS
+    from .report.render import RENDERERS, terminal_layout
 
     http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
     fleet = None
@@ -279,7 +281,8 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
                                         "tensor_parallel_size": tensor_parallel_size,
                                         "gpu_memory_utilization": gpu_memory_utilization},
                  progress=progress, http=http, prometheus=fleet)
-    text = RENDERERS[fmt](report)
+    width, color = terminal_layout(None if output else click.get_text_stream("stdout"), width)
+    text = RENDERERS[fmt](report, width=width, color=color) if fmt == "text" else RENDERERS[fmt](report)
     if output:
         from .export import write_output
 

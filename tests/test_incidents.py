@@ -32,7 +32,7 @@ def test_incident_verdict(case, kvdiag):
     res = kvdiag("analyze", "--log", str(case / "vllm.log"), "--format", "json")
     assert "Traceback" not in res.err
     report = res.json()
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     got = report["verdict"]["primary"]
     assert got in accept, report["verdict"]
     assert res.code == (3 if got == "inconclusive" else EXIT_BY_SEVERITY[report["verdict"]["severity"]])

@@ -1,5 +1,6 @@
 """Report formats: the JSON output validates against kvdiag/report/report.schema.json for every incident; golden text,
-JSON and Markdown reports of three incidents (regenerate with KVDIAG_UPDATE_GOLDEN=1 and read the diff)."""
+JSON and Markdown reports of three incidents, and their text reports at 80 and 120 columns (``--width``; regenerate
+with KVDIAG_UPDATE_GOLDEN=1 and read the diff)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,20 @@ def test_golden_report(num, fmt, kvdiag):
     res = kvdiag("analyze", "--log", f"fixtures/incidents/{case.name}/vllm.log", "--format", fmt)
     out = _without_inputs(res.out.replace(kvdiag_version(), "VERSION"), fmt)
     path = GOLDEN / f"{case.name[:3]}.{FORMATS[fmt]}"
+    if os.environ.get("KVDIAG_UPDATE_GOLDEN"):
+        path.write_text(out)
+    assert out == path.read_text(), f"{path} differs; review, then KVDIAG_UPDATE_GOLDEN=1"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("num", GOLDEN_CASES)
+def test_golden_text_at_width(num, width, kvdiag):
+    case = next(c for c in INCIDENTS if c.name.startswith(num))
+    res = kvdiag("analyze", "--log", f"fixtures/incidents/{case.name}/vllm.log", "--width", str(width))
+    out = _without_inputs(res.out.replace(kvdiag_version(), "VERSION"), "text")
+    long = [line for line in out.splitlines() if len(line) > width]
+    assert not long, long
+    path = GOLDEN / f"{case.name[:3]}.w{width}.txt"
     if os.environ.get("KVDIAG_UPDATE_GOLDEN"):
         path.write_text(out)
     assert out == path.read_text(), f"{path} differs; review, then KVDIAG_UPDATE_GOLDEN=1"

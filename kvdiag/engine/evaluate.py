@@ -57,6 +57,7 @@ class Finding:
     title: str = ""
     priority: int = 50
     confidence: str = "medium"
+    on_evidence: bool = True  # quiet on data that was present; False: quiet only because its inputs were absent
 
     def to_dict(self) -> dict:
         return {"rule_id": self.rule_id, "class": self.cls, "status": self.status,
@@ -170,35 +171,66 @@ def _holds_for(rows: pd.DataFrame, cond: Condition) -> bool | None:
     return False
 
 
-def _eval_cond(bundle: Bundle, cond: Condition, used: dict) -> bool | None:
+def _eval_cond(bundle: Bundle, cond: Condition, used: dict, absent: list) -> tuple[bool | None, bool]:
+    """``(result, on_evidence)`` of one comparison; ``absent`` collects the signals a result stood in for."""
     rows = _rows(bundle, cond.signal, cond.text_in)
-    kind = SIGNALS[cond.signal].kind
     if cond.agg not in ("count", "present") and rows.empty:
         used[(cond.signal, cond.agg, cond.text_in)] = (math.nan, "")
-        return cond.if_missing
+        if cond.if_missing is not None:
+            absent.append(cond.signal)
+        return cond.if_missing, False
     if cond.for_seconds:
-        return _holds_for(rows, cond)
+        return _holds_for(rows, cond), True
     value, src = _aggregate_signal(bundle, cond.signal, cond.agg, cond.text_in)
     used[(cond.signal, cond.agg, cond.text_in)] = (value, src)
     if math.isnan(value):
-        return None  # data exists but cannot give a value (e.g. one sample for an increase): unknown
-    return bool(_OPS[cond.op](value, cond.value))
+        return None, False  # data exists but cannot give a value (e.g. one sample for an increase): unknown
+    on_evidence = not rows.empty or could_show(bundle, cond.signal)
+    if not on_evidence:
+        absent.append(cond.signal)
+    return bool(_OPS[cond.op](value, cond.value)), on_evidence
 
 
-def _eval(bundle: Bundle, node: Node, used: dict) -> bool | None:
+def _eval(bundle: Bundle, node: Node, used: dict, absent: list) -> tuple[bool | None, bool]:
+    """Kleene value of ``node`` and whether it rests on evidence: a leaf does when it compared data that was
+    present, or counted no events in an input that would have shown them (:func:`could_show`); an ``all``/``any``
+    does when one of the children that decide its value does."""
     if node.kind == "cond":
-        return _eval_cond(bundle, node.cond, used)
-    results = [_eval(bundle, c, used) for c in node.children]
+        return _eval_cond(bundle, node.cond, used, absent)
+    results = [_eval(bundle, c, used, absent) for c in node.children]
     if node.kind == "not":
-        r = results[0]
-        return None if r is None else not r
+        r, grounded = results[0]
+        return (None if r is None else not r), grounded
+    values = [r for r, _ in results]
     if node.kind == "all":
-        if any(r is False for r in results):
-            return False
-        return None if any(r is None for r in results) else True
-    if any(r is True for r in results):
-        return True
-    return None if any(r is None for r in results) else False
+        r = False if any(v is False for v in values) else (None if any(v is None for v in values) else True)
+    else:
+        r = True if any(v is True for v in values) else (None if any(v is None for v in values) else False)
+    return r, r is not None and any(g for v, g in results if v is r)
+
+
+_METRIC_KINDS = ("metrics-file", "metrics-url", "prometheus")
+_DERIVED_EVENTS = {"cuda_oom_phase": "log", "startup_crash": "log", "startup_segments": "log",
+                   "counter_resets": "metrics"}  # derive.py / collect/logs.py build these from log lines / counters
+
+
+def could_show(bundle: Bundle, signal: str) -> bool:
+    """Whether the bundle read an input that would have shown ``signal`` had it happened: a vLLM log (with at least
+    one line) for the log's events, a /metrics page, scrape or Prometheus series for metrics. "No CUDA OOM" is
+    evidence after reading a log; without a log it is only the absence of one."""
+    kinds = _shown_by(signal)
+    return any(i.kind in kinds and i.records > 0 for i in bundle.inputs)
+
+
+def _shown_by(signal: str) -> set[str]:
+    """The input kinds (``log``, ``metrics-file``, ...) that carry ``signal`` (or what it is derived from)."""
+    sig = SIGNALS[signal]
+    kinds = set()
+    if sig.logs or _DERIVED_EVENTS.get(signal) == "log":
+        kinds.add("log")
+    if sig.metrics or _DERIVED_EVENTS.get(signal) == "metrics":
+        kinds.update(_METRIC_KINDS)
+    return kinds
 
 
 def _leaf_signals(node: Node) -> list[str]:
@@ -287,9 +319,16 @@ def evaluate_rule(rule: Rule, bundle: Bundle) -> Finding:
         finding.message = f"{rule.title}: cannot judge (no {names})"
         return finding
     used: dict = {}
-    result = _eval(bundle, rule.when, used)
+    absent: list[str] = []
+    result, finding.on_evidence = _eval(bundle, rule.when, used, absent)
     status = {True: "fires", False: "quiet", None: "unknown"}[result]
     finding.status = status
+    if status == "quiet" and not finding.on_evidence:
+        names = ", ".join(dict.fromkeys(absent)) or "the rule's signals"
+        no_log = any("log" in _shown_by(s) for s in absent) and not any(
+            i.kind == "log" and i.records > 0 for i in bundle.inputs)
+        finding.reason = (f"no evidence: quiet only because the inputs hold no {names}"
+                          + (" (no vLLM log was read)" if no_log else "") + "; not ruled out")
     if status == "unknown":
         lacking = sorted({k[0] for k, (v, _) in used.items() if isinstance(v, float) and math.isnan(v)})
         finding.reason = "not enough data for: " + (", ".join(lacking) if lacking else "the rule's conditions")
@@ -349,6 +388,14 @@ def unexplained_failures(bundle: Bundle) -> list[str]:
     return out
 
 
+def rules_out(finding: Finding, primary: str) -> bool:
+    """The one meaning of "ruled out", in every format (``verdict.ruled_out``; the text and Markdown renderers list
+    that): the finding was judged quiet on evidence that was present (``on_evidence``), and its class is neither
+    the verdict's own nor ``healthy`` (a quiet note rules out nothing). A rule quiet only because its inputs were
+    absent ("no OOM while loading the weights" when no log was read) had no evidence: it is not ruled out."""
+    return finding.status == "quiet" and finding.on_evidence and finding.cls not in (primary, "healthy")
+
+
 RUNTIME_CLASSES = ("capacity_pressure", "prefix_cache_eviction", "partial_block_waste")
 """Classes judged from a serving server's signals; ``healthy`` needs at least one of them judged."""
 
@@ -366,15 +413,17 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
       ok, e.g. "the hybrid KV-size line is not the physical pool") are added to the summary.
     * Nothing could be judged: ``inconclusive``.
 
-    ``ruled_out`` lists the quiet findings of the other classes: the counter-evidence for the look-alikes.
+    ``ruled_out`` lists the findings :func:`rules_out` accepts, the counter-evidence for the look-alikes: those whose
+    message quotes a number ("partial-block waste 0.4 % of the pool") first, then in the findings' order.
     """
     fired = [f for f in findings if f.status == "fires" and f.severity != "ok"]
     notes = [f for f in findings if f.status == "fires" and f.severity == "ok"]
     judged = [f for f in findings if f.status != "unknown"]
 
     def ruled_out(primary: str) -> list[dict]:
-        return [{"rule_id": f.rule_id, "class": f.cls, "message": f.message} for f in findings
-                if f.status == "quiet" and f.cls not in (primary, "healthy")]  # a quiet note rules out nothing
+        out = [f for f in findings if rules_out(f, primary)]
+        out.sort(key=lambda f: not any(ch.isdigit() for ch in f.message))  # messages that quote a number first
+        return [{"rule_id": f.rule_id, "class": f.cls, "message": f.message} for f in out]
 
     if fired:
         top = max(fired, key=lambda f: (SEVERITY_RANK[f.severity], f.priority))
@@ -397,9 +446,10 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
     if judged:
         unknown = len(findings) - len(judged)
         conf = "high" if unknown == 0 else ("medium" if len(judged) >= unknown else "low")
-        summary = f"No KV-cache or GPU-memory problem found: {len(judged) - len(notes)} rule(s) judged quiet"
-        if unknown:
-            summary += f", {unknown} could not be judged (missing signals)"
+        bare = sum(1 for f in judged if f.status == "quiet" and not f.on_evidence)  # shown as not judged
+        summary = f"No KV-cache or GPU-memory problem found: {len(judged) - len(notes) - bare} rule(s) judged quiet"
+        if unknown or bare:
+            summary += f", {unknown + bare} could not be judged (missing signals)"
         summary += "."
         for n in notes:
             summary += f" Note: {n.message}"

@@ -2,14 +2,15 @@
 
 Layout, for a reader who has ten seconds: a title with the verdict, one paragraph of what happened, what to change
 (the primary finding's remedies), then the evidence table with sources, what was ruled out (counter-evidence of the
-look-alikes), what could not be judged, and the inputs. Consumes the finished report and nothing else.
+look-alikes: ``verdict.ruled_out``, as text and JSON), what could not be judged (or was quiet only because its
+inputs were absent), and the inputs. Consumes the finished report and nothing else.
 """
 
 from __future__ import annotations
 
 import re
 
-from .model import Report
+from .model import Report, not_judged, ruled_out
 
 
 def _cell(text: str) -> str:
@@ -62,10 +63,10 @@ def render_markdown(report: Report) -> str:
     if side_notes:
         out += ["## Also noted (not a KV problem)", ""] + [f"- {f.rule_id}: {_text(f.message)}" for f in side_notes]
         out += [""]
-    quiet = [f for f in report.findings if f.status == "quiet" and f.cls != "healthy"]  # a quiet note rules out nothing
-    if quiet:
-        out += ["## Ruled out", ""] + [f"- **{f.cls}** ({f.rule_id}): {_text(f.message)}" for f in quiet] + [""]
-    unknown = [f for f in report.findings if f.status == "unknown"]
+    shown = ruled_out(v, report.findings)  # the engine's one meaning of "ruled out", as in text and JSON
+    if shown:
+        out += ["## Ruled out", ""] + [f"- **{f.cls}** ({f.rule_id}): {_text(f.message)}" for f in shown] + [""]
+    unknown = not_judged(report.findings)  # could not be judged, or quiet only because their inputs were absent
     if unknown:
         out += ["<details><summary>Not judged (missing signals)</summary>", ""]
         out += [f"- {f.rule_id} `{f.cls}`: {_text(f.reason)}" for f in unknown] + ["", "</details>", ""]

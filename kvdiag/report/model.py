@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..engine.evaluate import SEVERITY_RANK, Finding, Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``instances`` only in a per-server analysis (several ``--metrics-url``, ``--prometheus-url``); version 1 also
+wrote one entry repeating the whole report for a single server. ``verdict.ruled_out`` holds only findings judged
+quiet on evidence that was present (:func:`kvdiag.engine.evaluate.rules_out`)."""
 
 
 @dataclass
@@ -58,15 +61,27 @@ class Report:
         return SEVERITY_RANK[self.verdict.severity]
 
     def to_dict(self) -> dict:
-        """The JSON contract (``schema_version`` 1) of ``kvdiag analyze --format json``."""
-        return {"schema_version": SCHEMA_VERSION, "kvdiag_version": __version__,
-                "verdict": self.verdict.to_dict(), "findings": [f.to_dict() for f in self.findings],
-                "inputs": self.inputs, "window": self.window, "notes": list(self.notes),
-                "instances": [i.to_dict() for i in self.instances] or [self._as_instance()]}
+        """The JSON contract (``schema_version`` 2) of ``kvdiag analyze --format json``: ``instances`` only when the
+        analysis was per server (several ``--metrics-url``, or ``--prometheus-url`` even when it found one), never a
+        copy of a single server's report."""
+        out = {"schema_version": SCHEMA_VERSION, "kvdiag_version": __version__,
+               "verdict": self.verdict.to_dict(), "findings": [f.to_dict() for f in self.findings],
+               "inputs": self.inputs, "window": self.window, "notes": list(self.notes)}
+        if self.instances:
+            out["instances"] = [i.to_dict() for i in self.instances]
+        return out
 
-    def _as_instance(self) -> dict:
-        """One server: ``instances`` holds it too (named by its URL or first input)."""
-        name = next((i["name"] for i in self.inputs if i.get("kind") == "metrics-url"),
-                    self.inputs[0]["name"] if self.inputs else "")
-        return {"instance": name, "verdict": self.verdict.to_dict(), "findings": [f.to_dict() for f in self.findings],
-                "window": self.window, "error": None, "notes": list(self.notes)}
+
+def ruled_out(verdict: Verdict, findings: list[Finding]) -> list[Finding]:
+    """The findings ``verdict.ruled_out`` names (the engine's one decision, :func:`~kvdiag.engine.evaluate.rules_out`),
+    in its order: what every renderer lists as ruled out."""
+    by_id = {f.rule_id: f for f in findings}
+    return [by_id[r["rule_id"]] for r in verdict.ruled_out if r["rule_id"] in by_id]
+
+
+def not_judged(findings: list[Finding]) -> list[Finding]:
+    """The rules that could not be judged (``unknown``), then those quiet only for want of input (``on_evidence``
+    false: no evidence either way, ``reason`` says which inputs were absent): one list, shown alike in text and
+    Markdown, never as ruled out."""
+    return [f for f in findings if f.status == "unknown"] + \
+        [f for f in findings if f.status == "quiet" and not f.on_evidence]

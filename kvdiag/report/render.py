@@ -1,12 +1,17 @@
-"""Renderers: :class:`~kvdiag.report.model.Report` → str. Plain text (fixed width, no colour) and JSON."""
+"""Renderers: :class:`~kvdiag.report.model.Report` → str. Text (wrapped to a width, colour on request), JSON and
+Markdown (``markdown.py``). They read the finished report and nothing else."""
 
 from __future__ import annotations
 
 import json
 import math
-import textwrap
+import os
+import shutil
 
-from .model import Report
+import click
+
+from ..collect.logread import redact
+from .model import Report, not_judged, ruled_out
 
 WIDTH = 100
 
@@ -35,54 +40,225 @@ def headline_label(verdict) -> str:
     return "UNKNOWN" if verdict.primary == "inconclusive" else verdict.severity.upper()
 
 
-def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
+# ------------------------------------------------------------------------------------------------
+# Lines, wrapping and colour. A line is a list of (text, style) segments; style None is plain. The text is laid out
+# on the plain characters, so colour never changes where a line breaks.
+STYLES = {"critical": {"fg": "red", "bold": True}, "warning": {"fg": "yellow", "bold": True},
+          "ok": {"fg": "green", "bold": True}, "unknown": {"fg": "magenta", "bold": True}, "head": {"bold": True}}
+"""click.style arguments per style: severity labels (``unknown`` for an inconclusive verdict) and headings."""
+MIN_WIDTH = 40
 
 
-def render_text(report: Report) -> str:
-    """Verdict line first, then the evidence with sources, the fix, and what was ruled out.
+def terminal_layout(stream, width: int | None = None) -> tuple[int, bool]:
+    """``(width, colour)`` for a text report written to ``stream``.
+
+    On a terminal: its width (``shutil.get_terminal_size``, which honours ``COLUMNS``), colour unless ``NO_COLOR``
+    is set to a non-empty value (https://no-color.org). Not a terminal (a pipe, a file): ``WIDTH`` columns and no
+    colour, so the output is the same everywhere. ``width`` (``--width``) overrides the width in both cases.
+    """
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if width is None:
+        width = shutil.get_terminal_size((WIDTH, 24)).columns if tty else WIDTH
+    return max(MIN_WIDTH, int(width)), tty and not os.environ.get("NO_COLOR")
+
+
+def _split(text: str, level: int) -> list[tuple[str, str]]:
+    """``text`` cut into ``(separator, piece)`` at the break points of ``level``, never inside a label value:
+
+    * 0: spaces outside parentheses, braces and quotes ("metric:X{...} in FILE" → the series, "in", the file);
+    * 1: spaces outside braces and quotes (inside a derived source's parentheses);
+    * 2: after the comma between two labels of a label set (no separator is added: the text is unchanged).
+    """
+    out: list[tuple[str, str]] = []
+    paren = brace = 0
+    quote = escape = False
+    sep, cur = "", ""
+    for ch in text:
+        if quote:
+            cur += ch
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                quote = False
+            continue
+        if ch == " " and brace == 0 and (paren == 0 or level >= 1):
+            if cur:
+                out.append((sep, cur))
+                sep, cur = "", ""
+            sep += " "
+            continue
+        cur += ch
+        if ch == '"' and brace:
+            quote = True
+        elif ch == "{":
+            brace += 1
+        elif ch == "}":
+            brace = max(0, brace - 1)
+        elif ch == "(":
+            paren += 1
+        elif ch == ")":
+            paren = max(0, paren - 1)
+        elif ch == "," and brace == 1 and level >= 2:
+            out.append((sep, cur))
+            sep, cur = "", ""
+    if cur:
+        out.append((sep, cur))
+    return out
+
+
+def _source_atoms(source: str, room: int) -> list[tuple[str, str]]:
+    """An evidence source as unbreakable pieces: the whole source when it fits in ``room`` columns, else cut at the
+    coarsest break points of :func:`_split` that make its pieces fit (a label longer than a line stays whole)."""
+    pieces = [("", source)]
+    for level in range(3):
+        if all(len(p) <= room for _, p in pieces):
+            break
+        finer: list[tuple[str, str]] = []
+        for sep, p in pieces:
+            parts = _split(p, level) if len(p) > room else [("", p)]
+            finer += [(sep if i == 0 else s, q) for i, (s, q) in enumerate(parts)]
+        pieces = finer
+    return pieces
+
+
+def _words(text: str) -> list[tuple[str, str]]:
+    return [(" ", w) for w in text.split()]
+
+
+def _fill(atoms: list[tuple[str, str]], width: int, indent: str, more: str | None = None) -> list[str]:
+    """Greedy fill of unbreakable ``(separator, atom)`` pieces: a piece that does not fit moves whole to the next
+    line (indented ``more``, default ``indent`` + two spaces); a piece longer than a line stands alone on its
+    line rather than being cut."""
+    more = indent + "  " if more is None else more
+    lines: list[str] = []
+    cur, empty = indent, True
+    for sep, atom in atoms:
+        if not empty and len(cur) + len(sep) + len(atom) > width:
+            lines.append(cur)
+            cur = more + atom
+        else:
+            cur += ("" if empty else sep) + atom
+        empty = False
+    lines.append(cur)
+    return lines
+
+
+def _plain(lines: list[str], style: str | None = None) -> list[list[tuple[str, str | None]]]:
+    return [[(t, style)] for t in lines]
+
+
+class _Text:
+    """The text report's lines at one width (segments with styles; rendered plain or coloured at the end)."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.lines: list[list[tuple[str, str | None]]] = []
+
+    def blank(self) -> None:
+        self.lines.append([("", None)])
+
+    def line(self, *segments: tuple[str, str | None]) -> None:
+        self.lines.append(list(segments))
+
+    def labelled(self, label: str, style: str, rest: str, more: str = "  ") -> None:
+        """A heading that starts with a severity ``label`` (coloured ``style``), the rest in bold, wrapped. ``rest``
+        starting with a space: the label is a word of its own; else its first word is glued to the label."""
+        rest = redact(rest)
+        words = rest.split()
+        if rest.startswith(" ") or not words:
+            atoms = [("", label)] + _words(rest)
+        else:
+            atoms = [("", label + words[0])] + [(" ", w) for w in words[1:]]
+        lines = _fill(atoms, self.width, "", more)
+        self.lines.append([(label, style), (lines[0][len(label):], "head")])
+        self.lines += _plain(lines[1:], "head")
+
+    def para(self, text: str, indent: str, style: str | None = None) -> None:
+        self.lines += _plain(_fill(_words(redact(text)), self.width, indent), style)
+
+    def evidence(self, head: str, value: str, source: str, indent: str) -> None:
+        """``- signal (agg) = value   <- SOURCE``: the value (``56,160 tokens``) and the source each kept whole if
+        they fit a line, the arrow moving with the source."""
+        more = indent + "  "
+        source = redact(source)
+        room = self.width - len(more) - 3
+        atoms = _source_atoms(source, room)
+        atoms = _words(redact(head)) + [(" ", redact(value)), ("   ", "<- " + atoms[0][1])] + atoms[1:]
+        atoms[0] = ("", atoms[0][1])
+        self.lines += _plain(_fill(atoms, self.width, indent, more))
+
+    def items(self, head: str, items: list[str], indent: str = "") -> None:
+        """``head item, item, ...``: each item (``ID (class)``) kept whole."""
+        atoms = _words(head) + [(" ", it + ("," if i < len(items) - 1 else "")) for i, it in enumerate(items)]
+        self.lines += _plain(_fill(atoms, self.width, indent))
+
+    def render(self, color: bool) -> str:
+        out = []
+        for segs in self.lines:
+            out.append("".join(click.style(t, **STYLES[st]) if color and st and t else t for t, st in segs).rstrip())
+        return "\n".join(out) + "\n"
+
+
+def render_text(report: Report, width: int = WIDTH, color: bool = False) -> str:
+    """Verdict line first, then the evidence with sources, the fix, and what was ruled out; ``width`` columns
+    (evidence sources are never cut inside a label value or token, a source that does not fit moves whole to the
+    next line), severity in colour with ``color`` (ANSI through ``click.style``; the caller decides, see
+    :func:`terminal_layout`). Secrets are redacted before wrapping, and again in the whole output.
 
     Several servers: the worst server's verdict, a ranking of all servers, then one section per server.
     """
+    out = _Text(max(MIN_WIDTH, width))
     if len(report.instances) > 1:
-        return _render_servers(report)
+        _servers(out, report)
+    else:
+        _one(out, report)
+    return out.render(color)
+
+
+def _one(out: _Text, report: Report) -> None:
     v = report.verdict
-    lines = [f"{headline_label(v)}: {v.primary} (confidence {v.confidence})"]
-    lines += _wrap(v.summary, "  ")
+    label = headline_label(v)
+    out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence})")
+    out.para(v.summary, "  ")
     fired, side_notes = split_notes(report)
     for f in fired:
-        lines.append("")
-        lines.append(f"[{f.severity}] {f.rule_id} {f.cls}: {f.title}")
-        lines += _wrap(f.message, "  ")
+        out.blank()
+        out.labelled(f"[{f.severity}]", f.severity, f" {f.rule_id} {f.cls}: {f.title}", "    ")
+        out.para(f.message, "  ")
         if f.evidence:
-            lines.append("  Evidence:")
+            out.line(("  Evidence:", None))
             for e in f.evidence:
                 agg = "" if e.agg == "last" else f" ({e.agg})"
-                lines += _wrap(f"- {e.signal}{agg} = {_fmt_value(e.value, e.unit)}   <- {e.source}", "    ")
+                out.evidence(f"- {e.signal}{agg} =", _fmt_value(e.value, e.unit), e.source, "    ")
         if f.remedy:
-            lines.append("  Fix:")
+            out.line(("  Fix:", None))
             for r in f.remedy:
-                lines += _wrap(f"- {r}", "    ")
+                out.para(f"- {r}", "    ")
     if side_notes:
-        lines += ["", "Also noted (not a KV problem):"]
+        out.blank()
+        out.line(("Also noted (not a KV problem):", "head"))
         for f in side_notes:
-            lines += _wrap(f"- {f.rule_id}: {f.message}", "  ")
-    lines += _ruled_out_lines(report.findings)
-    lines.append("")
-    lines.append("Inputs:")
+            out.para(f"- {f.rule_id}: {f.message}", "  ")
+    _ruled_out(out, report)
+    out.blank()
+    out.line(("Inputs:", "head"))
     for i in report.inputs:
         text = f"{i['kind']} {i['name']}: {i['records']} record(s), {i['observations']} observation(s)"
         if i.get("skipped"):
             text += f", {i['skipped']} skipped"
         if i.get("notes"):
             text += "; " + "; ".join(i["notes"])
-        lines += _wrap(text, "  ")
+        out.para(text, "  ")
     w = report.window
     if w.get("start"):
-        lines.append(f"  window: {w['start']} .. {w['end']}")
+        out.para(f"window: {w['start']} .. {w['end']}", "  ")
     for n in report.notes:
-        lines += _wrap(f"note: {n}", "  ")
-    return "\n".join(lines) + "\n"
+        out.para(f"note: {n}", "  ")
 
 
 def split_notes(report: Report) -> tuple[list, list]:
@@ -98,54 +274,48 @@ def split_notes(report: Report) -> tuple[list, list]:
     return [f for f in fired if f.severity != "ok"], [f for f in fired if f.severity == "ok"]
 
 
-def _ruled_out_lines(findings) -> list[str]:
-    """Counter-evidence first and only where it has numbers; the rest folded into two lines.
-
-    A quiet finding whose message quotes a number ("partial-block waste ≤ 0.1 % of the pool") is shown in
-    full: it is why a look-alike was ruled out. Quiet findings without numbers ("no OOM in the sampler
-    warm-up") and the rules that could not be judged are listed by id on one line each (``--format json``
-    has every message and reason).
-    """
-    quiet = [f for f in findings if f.status == "quiet"]
-    unknown = [f for f in findings if f.status == "unknown"]
-    shown = [f for f in quiet if f.cls != "healthy" and any(ch.isdigit() for ch in f.message)]  # notes rule out nothing
-    folded = [f for f in quiet if f not in shown]
-    out: list[str] = []
+def _ruled_out(out: _Text, report: Report) -> None:
+    """What was ruled out (``verdict.ruled_out``, each with its counter-evidence), the other quiet findings on one
+    line (notes and the verdict's own class: nothing found, nothing ruled out), and the rules not judged on one
+    line (``--format json`` has every message and reason)."""
+    shown = ruled_out(report.verdict, report.findings)
+    absent = not_judged(report.findings)
+    other = [f for f in report.findings if f.status == "quiet" and f.on_evidence and all(f is not g for g in shown)]
     if shown:
-        out += ["", "Ruled out:"]
+        out.blank()
+        out.line(("Ruled out:", "head"))
         for f in shown:
-            out += _wrap(f"- {f.rule_id} {f.cls}: {f.message}", "  ")
-    if folded or unknown:
-        out.append("")
-    if folded:
-        out += _wrap("Also checked, nothing found: " + ", ".join(f"{f.rule_id} ({f.cls})" for f in folded), "")
-    if unknown:
-        out += _wrap(f"Not judged (the input lacks their signals; --format json says which): "
-                     f"{', '.join(f.rule_id for f in unknown)}", "")
-    return out
+            out.para(f"- {f.rule_id} {f.cls}: {f.message}", "  ")
+    if other or absent:
+        out.blank()
+    if other:
+        out.items("Also checked, nothing found:", [f"{f.rule_id} ({f.cls})" for f in other])
+    if absent:
+        out.items("Not judged (the input lacks their signals; --format json says which):", [f.rule_id for f in absent])
 
 
-def _render_servers(report: Report) -> str:
+def _servers(out: _Text, report: Report) -> None:
     v = report.verdict
     insts = report.instances
     bad = [i for i in insts if i.verdict.severity != "ok"]
-    lines = [f"{headline_label(v)}: {v.primary} (confidence {v.confidence}) on {insts[0].instance}",
-             f"  {len(bad)} of {len(insts)} server(s) with a problem; worst first:"]
+    label = headline_label(v)
+    out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence}) on {insts[0].instance}")
+    out.para(f"{len(bad)} of {len(insts)} server(s) with a problem; worst first:", "  ")
     width = min(60, max(len(i.instance) for i in insts))
     for i in insts:
         label = headline_label(i.verdict)
-        lines.append(f"  {label:8} {i.instance:{width}}  {i.verdict.primary}"
-                     + (f" ({i.error})" if i.error else ""))
+        rest = _fill([("", f"{i.instance:{width}}  {i.verdict.primary}")] + (_words(f"({i.error})") if i.error else []),
+                     out.width, " " * 11, " " * 13)
+        out.line(("  ", None), (label, label.lower()), (" " * (9 - len(label)) + rest[0][11:], None))
+        out.lines += _plain(rest[1:])
     for i in insts:
-        lines.append("")
-        lines.append(f"=== {i.instance} " + "=" * max(3, WIDTH - len(i.instance) - 5))
-        one = Report(verdict=i.verdict, findings=i.findings, inputs=i.inputs, window=i.window, notes=i.notes)
-        lines += render_text(one).rstrip("\n").splitlines()
+        out.blank()
+        out.line((f"=== {i.instance} " + "=" * max(3, out.width - len(i.instance) - 5), "head"))
+        _one(out, Report(verdict=i.verdict, findings=i.findings, inputs=i.inputs, window=i.window, notes=i.notes))
     if report.notes:
-        lines.append("")
+        out.blank()
         for n in report.notes:
-            lines += _wrap(f"note: {n}", "")
-    return "\n".join(lines) + "\n"
+            out.para(f"note: {n}", "")
 
 
 def render_json(report: Report) -> str:
@@ -158,13 +328,12 @@ from .markdown import render_markdown  # noqa: E402  (issue 6: incident tickets)
 
 def _redacted(render):
     """A renderer whose output passes :func:`kvdiag.collect.logread.redact` last: no secret in any report."""
-    from ..collect.logread import redact
-
-    def run(report: Report) -> str:
-        return redact(render(report))
+    def run(report: Report, **layout) -> str:
+        return redact(render(report, **layout))
 
     run.__doc__ = render.__doc__
     return run
 
 
 RENDERERS = {"text": _redacted(render_text), "json": _redacted(render_json), "markdown": _redacted(render_markdown)}
+"""``RENDERERS[fmt](report)``; the text renderer also takes ``width`` and ``color`` (see :func:`terminal_layout`)."""
