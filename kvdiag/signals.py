@@ -383,6 +383,18 @@ _WINDOW_SIGNALS += [
            "64 or 128), so a shared prefix shorter than this is never cached (derived; reference §3, K10)"),
     Signal("kv_fit_requests", "fact", "requests",
            "how many requests of the mean length the pool holds: pool / (mean prompt + mean output / 2) (derived)"),
+    Signal("max_num_seqs_fit", "fact", "requests",
+           "the max_num_seqs one pool holds without preempting: kv_fit_requests (demand estimate), else running / "
+           "kv_cache_usage at the instant of peak usage (observed peak), rounded down; text = which (derived)"),
+    Signal("kv_demand_requests", "fact", "requests",
+           "most requests in the server at one instant: running + waiting (+ swapped, V0) (derived)"),
+    Signal("replicas_needed", "fact", "count",
+           "replicas of this pool that hold the peak demand at once: kv_demand_tokens / pool, else kv_demand_requests "
+           "/ (running / usage at the peak), rounded up; only when above 1 (one pool cannot hold it at any "
+           "max_num_seqs without queueing); text = the basis (derived)"),
+    Signal("replicas_needed_fp8", "fact", "count",
+           "replicas_needed with an fp8 KV cache: the same demand / kv_capacity_tokens_fp8, rounded up (derived; needs "
+           "--model-config)"),
     # --- a metrics artifact: the usage gauge split across API-server processes (vLLM PR 28792) -----------------
     Signal("kv_cache_usage_series", "gauge", "series",
            "how many kv_cache_usage_perc series (one per API-server process, label pid) one instant had; text = how "
@@ -508,7 +520,8 @@ def classify_metric(name: str) -> tuple[str, str]:
 
 
 _CHECKED_DERIVED = {"prefix_cache_retention_seconds", "kv_block_alloc_tokens_per_second", "kv_demand_tokens",
-                    "kv_demand_ratio", "kv_fit_requests", "hybrid_block_size", "prefix_cache_readmission_preemptions"}
+                    "kv_demand_ratio", "kv_fit_requests", "max_num_seqs_fit", "kv_demand_requests",
+                    "hybrid_block_size", "prefix_cache_readmission_preemptions"}
 
 
 def checks_derived_domain(name: str) -> bool:
