@@ -34,6 +34,8 @@ HIGH_LOAD = 0.80
 """kv_cache_usage at or above this: allocations consume the free queue, cached prefixes are recycled."""
 MAX_MEAN_TOKENS = 1e8
 """Mean request length beyond which the length histograms are not believed when max_model_len is unknown."""
+MIN_FOOTPRINT_USAGE = 0.25
+"""kv_cache_usage at or above this at the peak before running / usage is read as the requests a full pool holds."""
 MIN_SHARE = 0.10
 """Each side of the load split needs at least this share of the window's prefix-cache queries."""
 
@@ -427,7 +429,8 @@ def _sizing(bundle: Bundle) -> None:
                                       f"tokens ({pool[1]})"), basis
     else:
         df = _aligned(bundle, ("kv_cache_usage", "num_requests_running"))
-        df = df[(df["num_requests_running"] > 0) & (df["kv_cache_usage"] >= LOW_LOAD) & (df["kv_cache_usage"] <= 1)]
+        df = df[(df["num_requests_running"] > 0) & (df["kv_cache_usage"] >= MIN_FOOTPRINT_USAGE)
+                & (df["kv_cache_usage"] <= 1)]
         if df.empty:
             return
         peak = df.iloc[int(np.flatnonzero(df["kv_cache_usage"].to_numpy() == df["kv_cache_usage"].max())[-1])]
