@@ -200,6 +200,14 @@ def _oom_phases(bundle: Bundle) -> None:
                    text=phase, segment=int(row["segment"]))
 
 
+def _mm_worst_case(bundle: Bundle) -> None:
+    """``mm_worst_case_tokens``: each multimodal profiling warning's value under the name of what it is (the tokens of
+    the multimodal worst case per prompt), so evidence never reads "mm_profile_warning (max) = 180,224 tokens"."""
+    for _, row in bundle.signal("mm_profile_warning").dropna(subset=["value"]).iterrows():
+        bundle.add("mm_worst_case_tokens", float(row["value"]), str(row["source"]),
+                   t=None if pd.isna(row["t"]) else float(row["t"]), segment=int(row["segment"]))
+
+
 def _startup_crashes(bundle: Bundle) -> None:
     """``startup_crash`` (text ``after_weights_before_kv``): a traceback in a start-up segment that loaded its
     weights, sized no KV pool, served nothing and printed no failure kvdiag knows (no OOM text, no KV-capacity
@@ -262,8 +270,9 @@ def _shares(bundle: Bundle) -> None:
                    f"GiB, {ooms['source'].iloc[-1]}) / GPU {total[0] / 2**30:.2f} GiB − 0.01, rounded down")
     if not ooms.empty and free and free[0] > 0:
         tried, tsrc = float(ooms["value"].iloc[-1]), ooms["source"].iloc[-1]
-        bundle.add("oom_tried_to_free_ratio", tried / free[0],
-                   f"derived: tried {tried / 2**30:.2f} GiB / free {free[0] / 2**30:.2f} GiB ({tsrc})")
+        if tried > 0:
+            bundle.add("oom_free_to_tried_ratio", free[0] / tried,
+                       f"derived: free {free[0] / 2**30:.2f} GiB / tried {tried / 2**30:.2f} GiB ({tsrc})")
         seqs = _last(bundle, "max_num_seqs")
         if seqs and seqs[0] >= 1 and tried > free[0]:
             bundle.add("max_num_seqs_for_oom", max(1, math.floor(seqs[0] * free[0] / tried)),
@@ -369,6 +378,7 @@ def derive(bundle: Bundle) -> None:
                        f"derived: {waste:,.0f} tokens / pool {pool[0]:,.0f} tokens ({pool[1]})")
     _block_overhead(bundle)
     _split_peak_torch(bundle)
+    _mm_worst_case(bundle)
     _oom_phases(bundle)
     _startup_crashes(bundle)
     _shares(bundle)

@@ -209,6 +209,9 @@ _SIGNALS = [
     Signal("oom_tried_bytes", "event", "bytes",
            "bytes the failed CUDA allocation asked for (PyTorch 'Tried to allocate X'), one per OOM; text = its phase "
            "as cuda_oom_phase settles it (derived; the value the OOM rules quote)"),
+    Signal("mm_worst_case_tokens", "fact", "tokens",
+           "tokens of the multimodal worst case per prompt that vLLM's profiling warning printed (derived: the value "
+           "of mm_profile_warning, named for what it is)"),
     Signal("startup_crash", "event", "count",
            "a start-up that died without an OOM text; text = the step it died in (after_weights_before_kv) (derived)"),
     Signal("oom_other_processes_ratio", "fact", "ratio",
@@ -227,8 +230,9 @@ _SIGNALS = [
     Signal("other_processes_free_ratio", "fact", "ratio",
            "(GPU total − other processes' memory) / GPU total − 0.05, rounded down: the gpu_memory_utilization "
            "that fits next to them (derived)"),
-    Signal("oom_tried_to_free_ratio", "fact", "x",
-           "bytes the failed allocation asked for / bytes free at the OOM: how many times too large it was (derived)"),
+    Signal("oom_free_to_tried_ratio", "fact", "ratio",
+           "bytes free at the OOM / bytes the failed allocation asked for: the share of it that fits, so the factor an "
+           "allocation linear in a setting (max_num_seqs, multimodal tokens) must shrink by (derived)"),
     Signal("max_num_seqs_for_oom", "fact", "requests",
            "max_num_seqs × free / tried at the OOM, rounded down: the max_num_seqs whose warm-up allocation (linear in "
            "it) fits the free memory (derived)"),

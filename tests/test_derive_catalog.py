@@ -164,7 +164,7 @@ def test_utilization_that_holds_one_request_priced_at_the_pools_own_bytes_per_to
 
 
 def test_oom_shares_the_remedies_quote():
-    """003: 786 MiB tried, 140.75 MiB free of 79.11 GiB: 5.58x too large; lower utilization by
+    """003: 786 MiB tried, 140.75 MiB free of 79.11 GiB: 17.9 % of it fits; lower utilization by
     (786 − 140.75) MiB / 79.11 GiB + 0.01 = 0.018 → 0.02; with max_num_seqs 1024: 1024 × 140.75 / 786 = 183."""
     b = Bundle()
     b.add("gpu_total_bytes", 79.11 * GIB, "log:x:1")
@@ -172,7 +172,7 @@ def test_oom_shares_the_remedies_quote():
     b.add("oom_free_bytes", 140.75 * 2**20, "log:x:4")
     b.add("cuda_oom", 786 * 2**20, "log:x:4", text="sampler")
     derive(b)
-    assert b.signal("oom_tried_to_free_ratio")["value"].iloc[0] == pytest.approx(786 / 140.75)
+    assert b.signal("oom_free_to_tried_ratio")["value"].iloc[0] == pytest.approx(140.75 / 786)
     assert b.signal("gpu_memory_utilization_drop_for_oom")["value"].iloc[0] == 0.02
     assert b.signal("max_num_seqs_for_oom")["value"].iloc[0] == 183
 
