@@ -88,12 +88,17 @@ def _block_overhead(bundle: Bundle) -> None:
         bundle.add("block_overhead_ratio", u - tok,
                    f"derived: usage {u:.1%} ({usage['source'].iloc[0]}) − {row['value']:,.0f} tokens "
                    f"({row['source']}) / pool {p:,.0f} tokens ({pool['source'].iloc[0]}) = {tok:.1%}")
+        if u * p > float(row["value"]):
+            bundle.add("block_overhead_tokens", u * p - float(row["value"]),
+                       f"derived: usage {u:.1%} ({usage['source'].iloc[0]}) × pool {p:,.0f} tokens "
+                       f"({pool['source'].iloc[0]}) − {row['value']:,.0f} tokens ({row['source']})")
 
 
 # ---------------------------------------------------------------------------------------------
 # Failure phases and memory shares for the catalog rules (issue 6)
 _MM_SIGNALS = ("mm_profile_warning", "mm_profile_run")
-_POOL_SIGNALS = ("num_gpu_blocks", "kv_cache_size_tokens", "kv_cache_memory_bytes", "activation_peak_bytes")
+_POOL_SIGNALS = ("num_gpu_blocks", "kv_cache_size_tokens", "kv_cache_memory_bytes", "activation_peak_bytes",
+                 "peak_torch_memory_bytes")
 _SERVING_SIGNALS = ("kv_cache_usage", "num_requests_running", "num_requests_waiting", "prompt_throughput")
 _FAILURE_SIGNALS = ("cuda_oom", "kv_capacity_error", "weights_load_failed", "sampler_warmup_oom",
                     "free_memory_below_request")
@@ -149,8 +154,40 @@ def oom_phase(df: pd.DataFrame, oom: pd.Series) -> tuple[str, str]:
     return phase, ""
 
 
+def activation_from_peak_torch(peak_torch: float, weights: float) -> float:
+    """Activation peak of an M1 profile: ``peak_torch_memory − weights`` (bytes).
+
+    Early 0.6.x ``worker.py`` measured ``peak_torch_memory`` as PyTorch's peak allocation during the profile run, with
+    the weights already loaded, and sized the KV cache as ``total × utilization − peak_torch − non_torch`` (001:
+    23.58 × 0.90 − 17.98 − 0.35 = 2.89 GiB, its ``kv_cache_size``). Raises ``ValueError`` if the weights exceed the
+    peak (then the two lines are not of one start-up).
+    """
+    if weights > peak_torch:
+        raise ValueError(f"weights {weights!r} above the peak torch memory {peak_torch!r}")
+    return peak_torch - weights
+
+
+def _split_peak_torch(bundle: Bundle) -> None:
+    """``activation_peak_bytes`` from each M1 ``peak_torch_memory_bytes`` and the weights loaded before it in the
+    same start-up (:func:`activation_from_peak_torch`); without a weights line it stays weights + activations."""
+    if not bundle.has("peak_torch_memory_bytes"):
+        return
+    df = bundle.frame()
+    for _, row in df[df["signal"] == "peak_torch_memory_bytes"].dropna(subset=["value"]).iterrows():
+        w = _before(df, int(row["seq"]), ("weights_bytes",), int(row["segment"])).dropna(subset=["value"])
+        if w.empty or float(w["value"].iloc[-1]) > float(row["value"]):
+            continue
+        wv = float(w["value"].iloc[-1])
+        bundle.add("activation_peak_bytes", activation_from_peak_torch(float(row["value"]), wv),
+                   f"derived: peak_torch_memory {float(row['value']) / 2**30:.2f} GiB ({row['source']}, weights + "
+                   f"activations) − weights {wv / 2**30:.2f} GiB ({w['source'].iloc[-1]})",
+                   t=None if pd.isna(row["t"]) else float(row["t"]), segment=int(row["segment"]))
+
+
 def _oom_phases(bundle: Bundle) -> None:
-    """``cuda_oom_phase``: every ``cuda_oom`` again, with the phase settled by :func:`oom_phase`."""
+    """``cuda_oom_phase``: every ``cuda_oom`` again, with the phase settled by :func:`oom_phase`; and
+    ``oom_tried_bytes``, the same rows under the name of what their value is (the bytes the failed allocation asked
+    for), so evidence reads "oom_tried_bytes (max) = 3.82 GiB", never a phase in GiB."""
     if not bundle.has("cuda_oom"):
         return
     df = bundle.frame()
@@ -159,6 +196,16 @@ def _oom_phases(bundle: Bundle) -> None:
         src = row["source"] if not why else f"derived: OOM at {row['source']} {why}"
         bundle.add("cuda_oom_phase", row["value"], src, t=None if pd.isna(row["t"]) else float(row["t"]),
                    text=phase, segment=int(row["segment"]))
+        bundle.add("oom_tried_bytes", row["value"], src, t=None if pd.isna(row["t"]) else float(row["t"]),
+                   text=phase, segment=int(row["segment"]))
+
+
+def _mm_worst_case(bundle: Bundle) -> None:
+    """``mm_worst_case_tokens``: each multimodal profiling warning's value under the name of what it is (the tokens of
+    the multimodal worst case per prompt), so evidence never reads "mm_profile_warning (max) = 180,224 tokens"."""
+    for _, row in bundle.signal("mm_profile_warning").dropna(subset=["value"]).iterrows():
+        bundle.add("mm_worst_case_tokens", float(row["value"]), str(row["source"]),
+                   t=None if pd.isna(row["t"]) else float(row["t"]), segment=int(row["segment"]))
 
 
 def _startup_crashes(bundle: Bundle) -> None:
@@ -221,6 +268,21 @@ def _shares(bundle: Bundle) -> None:
         bundle.add("gpu_memory_utilization_for_oom", math.floor(need * 100) / 100,
                    f"derived: {util[0]:.2f} ({util[1]}) − (tried {tried / 2**30:.2f} GiB − free {free[0] / 2**30:.2f} "
                    f"GiB, {ooms['source'].iloc[-1]}) / GPU {total[0] / 2**30:.2f} GiB − 0.01, rounded down")
+    if not ooms.empty and free and free[0] > 0:
+        tried, tsrc = float(ooms["value"].iloc[-1]), ooms["source"].iloc[-1]
+        if tried > 0:
+            bundle.add("oom_free_to_tried_ratio", free[0] / tried,
+                       f"derived: free {free[0] / 2**30:.2f} GiB / tried {tried / 2**30:.2f} GiB ({tsrc})")
+        seqs = _last(bundle, "max_num_seqs")
+        if seqs and seqs[0] >= 1 and tried > free[0]:
+            bundle.add("max_num_seqs_for_oom", max(1, math.floor(seqs[0] * free[0] / tried)),
+                       f"derived: max_num_seqs {seqs[0]:.0f} ({seqs[1]}) × free {free[0] / 2**30:.2f} GiB / tried "
+                       f"{tried / 2**30:.2f} GiB ({tsrc}), rounded down")
+        if total and total[0] > 0:
+            drop = math.ceil(round((max(0.0, tried - free[0]) / total[0] + 0.01) * 100, 6)) / 100
+            bundle.add("gpu_memory_utilization_drop_for_oom", drop,
+                       f"derived: (tried {tried / 2**30:.2f} GiB − free {free[0] / 2**30:.2f} GiB, {tsrc}) / GPU "
+                       f"{total[0] / 2**30:.2f} GiB ({total[1]}) + 0.01, rounded up")
     cfg = bundle.model_config or {}
     vocab = (cfg.get("text_config") or {}).get("vocab_size") or cfg.get("vocab_size")
     phases = bundle.signal("cuda_oom")
@@ -229,6 +291,52 @@ def _shares(bundle: Bundle) -> None:
         bundle.add("sampler_warmup_rows", float(row["value"]) / (int(vocab) * 4),
                    f"derived: OOM {float(row['value']) / 2**20:,.0f} MiB ({row['source']}) / (vocab {int(vocab):,} × "
                    f"4 B) from {bundle.model_config_source}")
+
+
+def utilization_for_tokens(util: float, kv_bytes: float, pool_tokens: float, need_tokens: float,
+                           total_bytes: float) -> float:
+    """gpu_memory_utilization whose KV memory holds ``need_tokens``, from a pool vLLM sized itself, rounded up to 0.01.
+
+    The pool's own bytes per token (``kv_bytes / pool_tokens``) prices the missing tokens, and raising the
+    utilization by ``Δ`` adds ``Δ × total_bytes`` to the KV memory (weights, activation peak and non-torch memory do
+    not change with it): ``util + (need − pool) × kv_bytes / pool / total``. Raises ``ValueError`` for a pool,
+    KV memory or GPU that is not positive.
+    """
+    if not (kv_bytes > 0 and pool_tokens > 0 and total_bytes > 0):
+        raise ValueError("KV memory, pool tokens and GPU total must be positive")
+    need = util + (need_tokens - pool_tokens) * (kv_bytes / pool_tokens) / total_bytes
+    return math.ceil(round(need * 100, 6)) / 100
+
+
+def _util_needed_from_log(bundle: Bundle) -> None:
+    """``gpu_memory_utilization_needed`` without a model config: when vLLM refused a max_model_len larger than the pool
+    it sized, the pool's own bytes per token give the utilization that holds one request
+    (:func:`utilization_for_tokens`); the rows are those of the start-up that printed the pool."""
+    if bundle.has("gpu_memory_utilization_needed"):
+        return
+    pools = bundle.signal("kv_cache_size_tokens").dropna(subset=["value"])
+    pools = pools[pools["value"] > 0]
+    if pools.empty:
+        return
+    seg = int(pools["segment"].iloc[-1])
+    got = {}
+    for name in ("kv_cache_memory_bytes", "max_model_len", "gpu_total_bytes", "gpu_memory_utilization"):
+        rows = bundle.signal(name).dropna(subset=["value"])
+        rows = rows[rows["segment"] == seg]
+        if rows.empty:
+            return
+        got[name] = (float(rows["value"].iloc[-1]), str(rows["source"].iloc[-1]))
+    pool = (float(pools["value"].iloc[-1]), str(pools["source"].iloc[-1]))
+    kv, mml, total, util = (got[n] for n in ("kv_cache_memory_bytes", "max_model_len", "gpu_total_bytes",
+                                               "gpu_memory_utilization"))
+    if not (mml[0] > pool[0] and kv[0] > 0 and total[0] > 0):
+        return
+    u = utilization_for_tokens(util[0], kv[0], pool[0], mml[0], total[0])
+    bundle.add("gpu_memory_utilization_needed", u,
+               f"derived: {util[0]:.2f} ({util[1]}) + (max_model_len {mml[0]:,.0f} ({mml[1]}) − pool {pool[0]:,.0f} "
+               f"tokens ({pool[1]})) × KV {kv[0] / 2**30:.2f} GiB ({kv[1]}) / {pool[0]:,.0f} tokens / GPU "
+               f"{total[0] / 2**30:.2f} GiB ({total[1]}), rounded up", segment=seg,
+               text="priced at the pool's own KV bytes per token")
 
 
 def derive(bundle: Bundle) -> None:
@@ -255,6 +363,7 @@ def derive(bundle: Bundle) -> None:
         from .derive_capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity.py)
 
         derive_capacity(bundle)
+    _util_needed_from_log(bundle)
     pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
     running = bundle.signal("num_requests_running")
     running = running[running["value"].notna()]
@@ -268,6 +377,8 @@ def derive(bundle: Bundle) -> None:
             bundle.add("partial_block_waste_bound_ratio", waste / pool[0],
                        f"derived: {waste:,.0f} tokens / pool {pool[0]:,.0f} tokens ({pool[1]})")
     _block_overhead(bundle)
+    _split_peak_torch(bundle)
+    _mm_worst_case(bundle)
     _oom_phases(bundle)
     _startup_crashes(bundle)
     _shares(bundle)

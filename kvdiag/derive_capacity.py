@@ -95,7 +95,8 @@ def derive_capacity(bundle: Bundle) -> None:
             u = capacity.gpu_memory_utilization_for(need_kv, total[0], non_kv)
             bundle.add("gpu_memory_utilization_needed", u,
                        f"derived: (non-KV {non_kv / 2**30:.2f} GiB + KV for max_model_len {mml[0]:,.0f} = "
-                       f"{need_kv / 2**30:.2f} GiB) / GPU {total[0] / 2**30:.2f} GiB")
+                       f"{need_kv / 2**30:.2f} GiB) / GPU {total[0] / 2**30:.2f} GiB",
+                       text="capacity model of the model config")
     pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
     if pool and pool[0] > 0:
         gain = capacity.fp8_kv_gain(shape, kv_dtype)

@@ -34,6 +34,8 @@ HIGH_LOAD = 0.80
 """kv_cache_usage at or above this: allocations consume the free queue, cached prefixes are recycled."""
 MAX_MEAN_TOKENS = 1e8
 """Mean request length beyond which the length histograms are not believed when max_model_len is unknown."""
+MIN_FOOTPRINT_USAGE = 0.25
+"""kv_cache_usage at or above this at the peak before running / usage is read as the requests a full pool holds."""
 MIN_SHARE = 0.10
 """Each side of the load split needs at least this share of the window's prefix-cache queries."""
 
@@ -152,6 +154,30 @@ def demand_tokens(running: np.ndarray, waiting: np.ndarray, mean_prompt: float, 
     r = np.nan_to_num(np.asarray(running, dtype=float))
     w = np.nan_to_num(np.asarray(waiting, dtype=float))
     return r * (mean_prompt + mean_output / 2.0) + w * mean_prompt
+
+
+def replicas_needed(demand: float, per_replica: float) -> int:
+    """How many replicas of one pool hold ``demand`` at once: ``ceil(demand / per_replica)``, at least 1.
+
+    Both in one unit (tokens, or requests of one mean size). A ratio within 1e-9 of a whole number counts as that
+    number (float noise of an exact fit is not one more replica). Raises ``ValueError`` for ``per_replica`` ≤ 0.
+    """
+    if not per_replica > 0:
+        raise ValueError(f"per-replica capacity must be positive, got {per_replica!r}")
+    r = demand / per_replica
+    return max(1, math.ceil(r - 1e-9))
+
+
+def fit_requests_observed(running: float, usage: float) -> float:
+    """Requests the pool holds at the footprint observed at one instant: ``running / usage``.
+
+    ``running`` requests pinned the share ``usage`` (0-1) of the blocks, so each pinned ``usage / running`` of the
+    pool and a full pool holds ``running / usage`` of them (unrounded; callers round down for a setting). Raises
+    ``ValueError`` unless ``running`` > 0 and 0 < ``usage`` ≤ 1.
+    """
+    if not (running > 0 and 0 < usage <= 1):
+        raise ValueError(f"need running > 0 and 0 < usage <= 1, got {running!r}, {usage!r}")
+    return running / usage
 
 
 _VERSION = re.compile(r"(?:^|[^\d.])v?(\d+)\.(\d+)(?:\.\d+)?")
@@ -386,6 +412,55 @@ def _demand(bundle: Bundle) -> None:
                                                              f"tokens ({pool[1]})", t=at)
 
 
+def _sizing(bundle: Bundle) -> None:
+    """``max_num_seqs_fit``, ``kv_demand_requests``, ``replicas_needed`` (+ ``_fp8``): the numbers a capacity remedy
+    quotes. From the demand estimate (length histograms: :func:`demand_tokens`) when there is one, else from the
+    observed peak (the running count and KV usage of one instant: :func:`fit_requests_observed`)."""
+    if bundle.has("max_num_seqs_fit"):
+        return
+    pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
+    fp8 = _last(bundle, "kv_capacity_tokens_fp8")
+    demand, fit = _last(bundle, "kv_demand_tokens"), _last(bundle, "kv_fit_requests")
+    ratio = None  # demand / one pool, and where both came from
+    if demand and fit and pool and pool[0] > 0:
+        basis = "demand estimate from the length histograms"
+        bundle.add("max_num_seqs_fit", fit[0], f"derived: = kv_fit_requests ({fit[1]})", text=basis)
+        ratio = demand[0] / pool[0], (f"peak demand {demand[0]:,.0f} tokens ({demand[1]}) / pool {pool[0]:,.0f} "
+                                      f"tokens ({pool[1]})"), basis
+    else:
+        df = _aligned(bundle, ("kv_cache_usage", "num_requests_running"))
+        df = df[(df["num_requests_running"] > 0) & (df["kv_cache_usage"] >= MIN_FOOTPRINT_USAGE)
+                & (df["kv_cache_usage"] <= 1)]
+        if df.empty:
+            return
+        peak = df.iloc[int(np.flatnonzero(df["kv_cache_usage"].to_numpy() == df["kv_cache_usage"].max())[-1])]
+        r, u = float(peak["num_requests_running"]), float(peak["kv_cache_usage"])
+        per = fit_requests_observed(r, u)
+        basis = f"observed peak: {r:.0f} running held {u:.1%} of the pool"
+        bundle.add("max_num_seqs_fit", math.floor(per), f"derived: {r:.0f} running / usage {u:.1%} ({peak['_src']}), "
+                                                        "rounded down", text=basis)
+        names = [n for n in ("num_requests_running", "num_requests_waiting", "num_requests_swapped") if bundle.has(n)]
+        if "num_requests_waiting" not in names:
+            return
+        cols = _aligned(bundle, tuple(names))
+        if cols.empty:
+            return
+        total = cols[names].sum(axis=1).to_numpy()
+        i = int(np.argmax(total))
+        parts = " + ".join(f"{cols[n].iloc[i]:.0f} {n.removeprefix('num_requests_')}" for n in names)
+        bundle.add("kv_demand_requests", float(total[i]), f"derived: {parts} ({cols['_src'].iloc[i]})")
+        ratio = total[i] / per, (f"{total[i]:,.0f} requests in the server ({cols['_src'].iloc[i]}) / {per:,.1f} the "
+                                 f"pool holds ({r:.0f} running / usage {u:.1%}, {peak['_src']})"), basis
+    if ratio is None or ratio[0] <= 1 + 1e-9:
+        return  # one pool holds the peak: no replica to add
+    n = replicas_needed(ratio[0], 1.0)
+    bundle.add("replicas_needed", n, f"derived: {ratio[1]} = {ratio[0]:.2f}, rounded up", text=ratio[2])
+    if fp8 and pool and pool[0] > 0 and fp8[0] > pool[0]:
+        bundle.add("replicas_needed_fp8", replicas_needed(ratio[0] * pool[0], fp8[0]),
+                   f"derived: {ratio[0]:.2f} pools × {pool[0]:,.0f} tokens / fp8 pool {fp8[0]:,.0f} tokens ({fp8[1]}), "
+                   "rounded up", text=ratio[2])
+
+
 def _hybrid_floor(bundle: Bundle) -> None:
     bs = _last(bundle, "block_size")
     if bs and bs[0] > 128 and not bundle.has("hybrid_block_size"):
@@ -404,6 +479,8 @@ def derive_prefix(bundle: Bundle) -> None:
     * ``prefix_cache_readmission_preemptions`` for a 0.9-0.11 server that preempted (the hit rate is inflated);
     * ``kv_demand_tokens`` / ``kv_demand_ratio`` / ``kv_fit_requests`` (:func:`demand_tokens`; needs the length
       histograms' means);
+    * ``max_num_seqs_fit``, ``kv_demand_requests``, ``replicas_needed`` / ``replicas_needed_fp8`` (:func:`_sizing`:
+      :func:`replicas_needed`, :func:`fit_requests_observed`);
     * ``hybrid_block_size`` when block_size is above 128 tokens (the hybrid block floor of the prefix cache).
     """
     _load_split(bundle)
@@ -411,4 +488,5 @@ def derive_prefix(bundle: Bundle) -> None:
     _retention(bundle)
     _readmissions(bundle)
     _demand(bundle)
+    _sizing(bundle)
     _hybrid_floor(bundle)

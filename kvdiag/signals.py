@@ -114,7 +114,8 @@ _SIGNALS = [
     Signal("min_tensor_parallel_for_weights", "fact", "count",
            "smallest tensor_parallel_size (1, 2, 4, 8) whose weight share fits 90 % of the budget (derived)"),
     Signal("gpu_memory_utilization_needed", "fact", "ratio",
-           "gpu_memory_utilization that leaves KV memory for one max_model_len request (derived)"),
+           "gpu_memory_utilization that leaves KV memory for one max_model_len request: from the capacity model, or "
+           "(no model config) priced at the refused pool's own KV bytes per token; text = which (derived)"),
     Signal("kv_capacity_tokens_fp8", "fact", "tokens", "the pool in tokens with an fp8 KV cache (derived)"),
     Signal("partial_block_waste_bound_ratio", "fact", "ratio",
            "upper bound of tokens lost in partly filled last blocks: max running × (block_size − 1) / pool (derived)"),
@@ -131,8 +132,12 @@ _SIGNALS = [
     Signal("gpu_total_bytes", "fact", "bytes", "total memory of the GPU",
            (), ("M1/M2 total_gpu_memory", "M6", "CUDA OOM 'total capacity of X'")),
     Signal("gpu_budget_bytes", "fact", "bytes", "total × gpu_memory_utilization", (), ("M2", "M6")),
-    Signal("activation_peak_bytes", "fact", "bytes", "activation peak of the profiling run",
-           (), ("M1 peak_torch_memory (includes weights)", "M2", "M6")),
+    Signal("activation_peak_bytes", "fact", "bytes",
+           "activation peak of the profiling run, without the weights (M1: peak_torch_memory − weights, derived)",
+           (), ("M2 'PyTorch activation peak memory takes A GiB'", "M4", "M6 'A GiB for peak activation'")),
+    Signal("peak_torch_memory_bytes", "fact", "bytes",
+           "PyTorch's peak allocation in the profiling run: weights + activation peak (early 0.6.x M1)",
+           (), ("M1 peak_torch_memory",)),
     Signal("non_torch_bytes", "fact", "bytes", "non-torch memory (CUDA context, NCCL, ...)", (), ("M1", "M2", "M6")),
     Signal("kv_cache_memory_bytes", "fact", "bytes", "memory given to the KV cache",
            ("cache_config_info{kv_cache_memory_bytes}",), ("M1 kv_cache_size", "M2", "M3", "M7")),
@@ -199,8 +204,14 @@ _SIGNALS = [
     # --- derived by kvdiag/derive.py for the catalog rules (issue 6) --------------------------------
     Signal("cuda_oom_phase", "event", "bytes",
            "each CUDA OOM with its phase settled from the log's order of start-up steps when the traceback does not "
-           "name it; value = bytes tried, text = load, profile, kv_alloc, cudagraph, sampler, encoder, runtime, "
+           "name it (rules count it by phase: text_in); value = bytes tried (quoted as oom_tried_bytes), text = load, profile, kv_alloc, cudagraph, sampler, encoder, runtime, "
            "unknown (derived)"),
+    Signal("oom_tried_bytes", "event", "bytes",
+           "bytes the failed CUDA allocation asked for (PyTorch 'Tried to allocate X'), one per OOM; text = its phase "
+           "as cuda_oom_phase settles it (derived; the value the OOM rules quote)"),
+    Signal("mm_worst_case_tokens", "fact", "tokens",
+           "tokens of the multimodal worst case per prompt that vLLM's profiling warning printed (derived: the value "
+           "of mm_profile_warning, named for what it is)"),
     Signal("startup_crash", "event", "count",
            "a start-up that died without an OOM text; text = the step it died in (after_weights_before_kv) (derived)"),
     Signal("oom_other_processes_ratio", "fact", "ratio",
@@ -219,6 +230,20 @@ _SIGNALS = [
     Signal("other_processes_free_ratio", "fact", "ratio",
            "(GPU total − other processes' memory) / GPU total − 0.05, rounded down: the gpu_memory_utilization "
            "that fits next to them (derived)"),
+    Signal("oom_free_to_tried_ratio", "fact", "ratio",
+           "bytes free at the OOM / bytes the failed allocation asked for: the share of it that fits, so the factor an "
+           "allocation linear in a setting (max_num_seqs, multimodal tokens) must shrink by (derived)"),
+    Signal("max_num_seqs_for_oom", "fact", "requests",
+           "max_num_seqs × free / tried at the OOM, rounded down: the max_num_seqs whose warm-up allocation (linear in "
+           "it) fits the free memory (derived)"),
+    Signal("gpu_memory_utilization_drop_for_oom", "fact", "ratio",
+           "(OOM bytes tried − free) / GPU total + 0.01, rounded up: how far to lower gpu_memory_utilization so the "
+           "failed allocation fits outside the KV pool, when the current value is not known (derived)"),
+    Signal("block_overhead_tokens", "fact", "tokens",
+           "usage × pool − the running set's tokens: token slots live requests hold beyond their tokens (derived)"),
+    Signal("kv_cache_memory_suggested_bytes", "fact", "bytes",
+           "the --kv-cache-memory vLLM printed as fitting the requested memory (M6 'Replace gpu_memory_utilization "
+           "config with --kv-cache-memory=N')", (), ("M6",)),
     Signal("gpu_memory_utilization_for_oom", "fact", "ratio",
            "gpu_memory_utilization − (OOM bytes tried − free) / GPU total − 0.01: the setting that leaves the failed "
            "allocation outside the KV pool (derived)"),
@@ -383,6 +408,18 @@ _WINDOW_SIGNALS += [
            "64 or 128), so a shared prefix shorter than this is never cached (derived; reference §3, K10)"),
     Signal("kv_fit_requests", "fact", "requests",
            "how many requests of the mean length the pool holds: pool / (mean prompt + mean output / 2) (derived)"),
+    Signal("max_num_seqs_fit", "fact", "requests",
+           "the max_num_seqs one pool holds without preempting: kv_fit_requests (demand estimate), else running / "
+           "kv_cache_usage at the instant of peak usage (observed peak), rounded down; text = which (derived)"),
+    Signal("kv_demand_requests", "fact", "requests",
+           "most requests in the server at one instant: running + waiting (+ swapped, V0) (derived)"),
+    Signal("replicas_needed", "fact", "count",
+           "replicas of this pool that hold the peak demand at once: kv_demand_tokens / pool, else kv_demand_requests "
+           "/ (running / usage at the peak), rounded up; only when above 1 (one pool cannot hold it at any "
+           "max_num_seqs without queueing); text = the basis (derived)"),
+    Signal("replicas_needed_fp8", "fact", "count",
+           "replicas_needed with an fp8 KV cache: the same demand / kv_capacity_tokens_fp8, rounded up (derived; needs "
+           "--model-config)"),
     # --- a metrics artifact: the usage gauge split across API-server processes (vLLM PR 28792) -----------------
     Signal("kv_cache_usage_series", "gauge", "series",
            "how many kv_cache_usage_perc series (one per API-server process, label pid) one instant had; text = how "
@@ -508,7 +545,8 @@ def classify_metric(name: str) -> tuple[str, str]:
 
 
 _CHECKED_DERIVED = {"prefix_cache_retention_seconds", "kv_block_alloc_tokens_per_second", "kv_demand_tokens",
-                    "kv_demand_ratio", "kv_fit_requests", "hybrid_block_size", "prefix_cache_readmission_preemptions"}
+                    "kv_demand_ratio", "kv_fit_requests", "max_num_seqs_fit", "kv_demand_requests",
+                    "hybrid_block_size", "prefix_cache_readmission_preemptions"}
 
 
 def checks_derived_domain(name: str) -> bool:

@@ -41,7 +41,7 @@ LINES: dict[str, tuple[str, dict]] = {
     "M1": ("INFO 11-21 10:00:00 worker.py:232] Memory profiling results: total_gpu_memory=23.58GiB "
            "initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB memory_usage_post_profile=15.35GiB "
            "non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90",
-           {"gpu_total_bytes": [23.58 * GIB], "activation_peak_bytes": [17.98 * GIB],
+           {"gpu_total_bytes": [23.58 * GIB], "peak_torch_memory_bytes": [17.98 * GIB],
             "kv_cache_memory_bytes": [2.89 * GIB], "non_torch_bytes": [0.35 * GIB], "gpu_memory_utilization": [0.9]}),
     # real, 004 (0.7.3)
     "M2a": ("INFO 02-26 09:54:05 worker.py:267] the current vLLM instance can use total_gpu_memory (8.00GiB) x "

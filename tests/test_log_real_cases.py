@@ -32,7 +32,7 @@ FACTS = {
     "kv_capacity_tokens_before": ("kv_cache_size_tokens", 1, "any"),
     "logged_gpu_kv_cache_size_tokens": ("kv_cache_size_tokens", 1, "any"),
     "max_concurrency": ("max_concurrency", 1, "any"),
-    "peak_torch_gib": ("activation_peak_bytes", GIB, "any"), "activation_peak_gib": ("activation_peak_bytes", GIB, "any"),
+    "peak_torch_gib": ("peak_torch_memory_bytes", GIB, "any"), "activation_peak_gib": ("activation_peak_bytes", GIB, "any"),
     "non_torch_gib": ("non_torch_bytes", GIB, "any"),
     "budget_gib": ("gpu_budget_bytes", GIB, "any"),
     "free_at_startup_gib": ("gpu_free_at_startup_bytes", GIB, "any"),

@@ -21,8 +21,8 @@ from conftest import FIXTURES
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import add_page, parse_page
 from kvdiag.derive import derive
-from kvdiag.derive_prefix import (decumulate, demand_tokens, hit_rate_by_load, readmissions_counted,
-                                  retention_seconds, rolling_rate_by_load)
+from kvdiag.derive_prefix import (decumulate, demand_tokens, fit_requests_observed, hit_rate_by_load,
+                                  readmissions_counted, replicas_needed, retention_seconds, rolling_rate_by_load)
 from kvdiag.engine.evaluate import evaluate_rule
 from kvdiag.engine.model import load_rules
 from kvdiag.windows import derive_windows
@@ -83,6 +83,67 @@ def test_demand_counts_half_the_output_of_running_and_the_prompt_of_waiting():
     assert d[1] == pytest.approx(2 * 3430.5)
 
 
+def test_replicas_needed_rounds_demand_over_one_pool_up():
+    assert replicas_needed(108_607, 56_160) == 2            # 1.93 pools
+    assert replicas_needed(90, 26 / 0.989) == 4             # 90 requests / 26.3 per pool = 3.42
+    assert replicas_needed(56_160, 56_160) == 1             # an exact fit is one pool, not two
+    assert replicas_needed(3 * 0.1, 0.1) == 3               # float noise of an exact fit (0.30000000000000004 / 0.1)
+    assert replicas_needed(10, 56_160) == 1                 # never fewer than one
+    with pytest.raises(ValueError):
+        replicas_needed(10, 0)
+
+
+def test_fit_requests_observed_is_running_over_usage():
+    assert fit_requests_observed(26, 0.989) == pytest.approx(26.289, abs=1e-3)   # 011's peak line
+    assert fit_requests_observed(24, 0.96) == pytest.approx(25.0)
+    assert fit_requests_observed(15, 1.0) == 15.0
+    for running, usage in ((0, 0.5), (10, 0.0), (10, 1.2)):
+        with pytest.raises(ValueError):
+            fit_requests_observed(running, usage)
+
+
+def _sizing_bundle(usage, running, waiting, **facts) -> Bundle:
+    b = Bundle()
+    for name, value in facts.items():
+        b.add(name, value, f"log:x:{name}", t=0.0)
+    for i, (u, r, w) in enumerate(zip(usage, running, waiting)):
+        b.add("kv_cache_usage", u, f"log:x:{i + 10}", t=10.0 * (i + 1))
+        b.add("num_requests_running", r, f"log:x:{i + 10}", t=10.0 * (i + 1))
+        b.add("num_requests_waiting", w, f"log:x:{i + 10}", t=10.0 * (i + 1))
+    derive(b)
+    derive_windows(b)
+    return b
+
+
+def test_sizing_from_the_observed_peak():
+    """011's stats lines: 39 running at 93.2 % (no queue), then 26 running at 98.9 % with 64 waiting."""
+    b = _sizing_bundle([0.885, 0.932, 0.989], [38, 39, 26], [0, 0, 64])
+    assert _value(b, "max_num_seqs_fit") == 26                 # floor(26 / 0.989): at the peak usage, not the peak count
+    assert b.signal("max_num_seqs_fit")["text"].iloc[-1] == "observed peak: 26 running held 98.9% of the pool"
+    assert _value(b, "kv_demand_requests") == 90
+    assert _value(b, "replicas_needed") == 4                   # ceil(90 / 26.29) = ceil(3.42)
+    assert "log:x:12" in b.signal("replicas_needed")["source"].iloc[-1]
+    assert not b.has("replicas_needed_fp8")                    # no model config: no fp8 pool to divide by
+
+
+def test_sizing_asks_for_no_replica_when_one_pool_holds_the_peak():
+    b = _sizing_bundle([0.96, 0.96], [24, 24], [0, 1])         # 25 requests, 25.0 per pool: an exact fit
+    assert _value(b, "max_num_seqs_fit") == 25
+    assert not b.has("replicas_needed")
+    low = _sizing_bundle([0.20], [4], [9])                     # usage too low to measure a footprint from
+    assert not low.has("max_num_seqs_fit") and not low.has("replicas_needed")
+
+
+def test_sizing_prefers_the_demand_estimate_and_gives_fp8_replicas_with_a_config():
+    b = _sizing_bundle([0.99], [14], [20], num_gpu_blocks=3510, block_size=16, request_prompt_tokens_mean=3029,
+                       request_generation_tokens_mean=803, kv_capacity_tokens_fp8=112_320)
+    assert _value(b, "kv_demand_tokens") == pytest.approx(14 * (3029 + 401.5) + 20 * 3029)
+    assert _value(b, "max_num_seqs_fit") == math.floor(56_160 / 3430.5) == 16
+    assert b.signal("max_num_seqs_fit")["text"].iloc[-1] == "demand estimate from the length histograms"
+    assert _value(b, "replicas_needed") == 2                   # 108,607 / 56,160 = 1.93
+    assert _value(b, "replicas_needed_fp8") == 1               # 108,607 / 112,320 = 0.97
+
+
 @pytest.mark.parametrize("text, counted", [("0.9.2", True), ("v0.10.1.1", True), ("0.11.0", True),
                                            ("0.8.5", False), ("0.16.0", False), ("0.33.0", False), ("", None)])
 def test_readmission_trap_versions(text, counted):
@@ -112,6 +173,9 @@ def test_demand_exceeds_the_pool_in_the_pressure_run_and_not_in_the_quiet_one():
     # the window means come from the length histograms: the truth's request mix within 1 %
     assert _value(quiet, "request_prompt_tokens_mean") == pytest.approx(t_quiet["request_mix"]["prompt_tokens"]["mean"],
                                                                        rel=0.01)
+    # the truth's peaks (18 running, 22 waiting) hold more than one pool: replicas asked for in the pressure run only
+    assert _value(press, "replicas_needed") == math.ceil(_value(press, "kv_demand_ratio")) == 2
+    assert not quiet.has("replicas_needed")
     fit = _value(press, "kv_fit_requests")
     p, g = _value(press, "request_prompt_tokens_mean"), _value(press, "request_generation_tokens_mean")
     assert fit == math.floor(56_160 / (p + g / 2))
@@ -147,7 +211,9 @@ def test_pressure_run_with_evictions_but_no_shared_prefix_is_not_eviction(kvdiag
     cap = next(f for f in rep["findings"] if f["rule_id"] == "CAP001")
     ev = {e["signal"]: e for e in cap["evidence"]}
     assert ev["kv_demand_ratio"]["value"] > 1 and ev["kv_demand_tokens"]["source"].startswith("derived: ")
-    assert any("cap client concurrency / max_num_seqs near" in r for r in cap["remedy"])
+    # demand above one pool: replicas, with the per-replica max_num_seqs of the demand estimate (issue 11)
+    assert any(r.startswith("Add replicas: 2 in all hold the peak demand") for r in cap["remedy"]), cap["remedy"]
+    assert any("cap max_num_seqs at 16 per replica (demand estimate" in r for r in cap["remedy"]), cap["remedy"]
 
 
 # --- the usage gauge split across API-server processes (real 0.11 excerpt, vLLM PR 28792) ----------------------------

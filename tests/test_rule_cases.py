@@ -21,6 +21,7 @@ CASES = all_cases()
 def test_rule_case(case):
     res = run_case(case, RULES)
     assert res.got == case.expect, res.message
+    assert not res.missing_remedy, (res.missing_remedy, res.remedy)
 
 
 def test_catalog_covers_every_class_with_both_case_kinds():
@@ -85,3 +86,19 @@ def test_rules_test_command_on_a_user_folder(kvdiag, tmp_path):
     (cases / "OK001.yaml").write_text("rule: OK001\ncases: {x: {expect: maybe}}\n")
     broken = kvdiag("rules", "test", str(tmp_path / "mine"))
     assert broken.code == 3 and broken.err.startswith("kvdiag: error:")
+
+
+def test_a_case_fails_when_no_remedy_has_the_text(kvdiag, tmp_path):
+    """remedy_has (issue 11): the case fails, naming the missing text and the remedies it got; a bad list is a bad file."""
+    cases = tmp_path / "mine" / "cases"
+    cases.mkdir(parents=True)
+    case = ("rule: CAP001\ncases:\n  q:\n    series: {kv_cache_usage: '0.932 0.989', num_requests_running: '39 26', "
+            "num_requests_waiting: '0 64'}\n    expect: fires\n    remedy_has: [%s]\n")
+    (cases / "CAP001.yaml").write_text(case % '"4 in all"')
+    assert kvdiag("rules", "test", str(tmp_path / "mine")).code == 0
+    (cases / "CAP001.yaml").write_text(case % '"5 in all"')
+    bad = kvdiag("rules", "test", str(tmp_path / "mine"))
+    assert bad.code == 1 and "no remedy contains '5 in all'" in bad.out and "Add replicas" in bad.out
+    (cases / "CAP001.yaml").write_text(case % "3")
+    broken = kvdiag("rules", "test", str(tmp_path / "mine"))
+    assert broken.code == 3 and "remedy_has must be a list of non-empty strings" in broken.err

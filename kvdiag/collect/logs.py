@@ -325,10 +325,10 @@ class LogCollector:
             self._src_cache = (line.lineno, f"log:{self._name}:{line.lineno}")
         return self._src_cache[1]
 
-    def _add(self, signal: str, value, line: Line, text: str = "") -> None:
+    def _add(self, signal: str, value, line: Line, text: str = "", note: str = "") -> None:
         self._segment_signals.add(signal)
-        self.bundle.add(signal, value, self._src(line), t=line.t, text=redact(text) if text else "",
-                        segment=self.segment)
+        src = self._src(line) + (f" [{note}]" if note else "")
+        self.bundle.add(signal, value, src, t=line.t, text=redact(text) if text else "", segment=self.segment)
 
     def _new_segment(self, line: Line, why: str) -> None:
         if self._seen_startup and why in self._after_startup_events:
@@ -531,7 +531,7 @@ def _m1(c: LogCollector, m: re.Match, line: Line) -> None:
     """M1 'Memory profiling results: total_gpu_memory=..GiB ... kv_cache_size=..GiB gpu_memory_utilization=..'."""
     kv = dict(re.findall(r"(\w+)=(-?[\d.]+)(?:Gi?B|GIB)?", line.msg[m.start():]))
     mapping = {"total_gpu_memory": "gpu_total_bytes", "non_torch_memory": "non_torch_bytes",
-               "kv_cache_size": "kv_cache_memory_bytes", "peak_torch_memory": "activation_peak_bytes"}
+               "kv_cache_size": "kv_cache_memory_bytes", "peak_torch_memory": "peak_torch_memory_bytes"}
     for key, signal in mapping.items():
         if key in kv:
             c._add(signal, float(kv[key]) * GIB, line)
@@ -578,6 +578,9 @@ def _m6(c: LogCollector, m: re.Match, line: Line) -> None:
         mm = re.search(pat, rest)
         if mm:
             c._add(signal, float(mm.group(1)) * GIB, line)
+    mm = re.search(r"--kv-cache-memory=(\d+)`? \([\d.]+ GiB\) to fit into requested memory", rest)
+    if mm:  # bytes, as vLLM prints them
+        c._add("kv_cache_memory_suggested_bytes", float(mm.group(1)), line)
 
 
 def _blocks(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -750,7 +753,8 @@ def _infer_phase(c: LogCollector, torch_alloc: float | None, total: float) -> st
     """No traceback frames: if nothing in this start-up segment shows the weights loaded, the KV pool sized or a
     request served, and PyTorch holds ≥ 90 % of the GPU, the only large allocation so far is the weights."""
     later = {"weights_bytes", "kv_cache_memory_bytes", "num_gpu_blocks", "kv_cache_size_tokens",
-             "kv_cache_usage", "num_requests_running", "activation_peak_bytes", "cudagraph_bytes"}
+             "kv_cache_usage", "num_requests_running", "activation_peak_bytes", "peak_torch_memory_bytes",
+             "cudagraph_bytes"}
     if c._segment_signals & later:
         return ""
     if torch_alloc is not None and total > 0 and torch_alloc / total >= 0.90:
@@ -805,18 +809,23 @@ def _max_len(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("max_model_len", float(m.group(1)), line)
 
 
+MEASURED = "operator's measurement"
+"""Source note of the values read from an operator's write-up next to the log (so a report never shows them as if
+vLLM had printed them, e.g. a measured pool beside the pool of a vLLM capacity line)."""
+
+
 def _measure_usage(c: LogCollector, m: re.Match, line: Line) -> None:
     """A reported measurement 'GPU KV cache usage 44.6% (~297 of 665 blocks)' (usage with the blocks behind it)."""
-    c._add("kv_cache_usage", float(m.group(1)) / 100.0, line)
-    c._add("num_blocks_used", float(m.group(2)), line)
-    c._add("num_gpu_blocks", float(m.group(3)), line)
+    c._add("kv_cache_usage", float(m.group(1)) / 100.0, line, note=MEASURED)
+    c._add("num_blocks_used", float(m.group(2)), line, note=MEASURED)
+    c._add("num_gpu_blocks", float(m.group(3)), line, note=MEASURED)
 
 
 def _measure_pool(c: LogCollector, m: re.Match, line: Line) -> None:
     """A reported measurement 'pool: 1,096,153 tokens ... / 665 GPU blocks'."""
-    c._add("kv_cache_size_tokens", float(m.group(1).replace(",", "")), line)
+    c._add("kv_cache_size_tokens", float(m.group(1).replace(",", "")), line, note=MEASURED)
     if m.group(2):
-        c._add("num_gpu_blocks", float(m.group(2).replace(",", "")), line)
+        c._add("num_gpu_blocks", float(m.group(2).replace(",", "")), line, note=MEASURED)
 
 
 def _measure_request(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -825,8 +834,8 @@ def _measure_request(c: LogCollector, m: re.Match, line: Line) -> None:
     words = {"one": 1, "two": 2, "three": 3, "four": 4, "a": 1, "single": 1}
     n = words.get(m.group(1).lower()) or int(m.group(1))
     per = float(m.group(2).replace(",", "")) * (1000 if m.group(3) else 1)
-    c._add("num_requests_running", n, line)
-    c._add("context_tokens", n * per, line)
+    c._add("num_requests_running", n, line, note=MEASURED)
+    c._add("context_tokens", n * per, line, note=MEASURED)
 
 
 def _k7(c: LogCollector, m: re.Match, line: Line) -> None:

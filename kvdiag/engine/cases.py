@@ -11,6 +11,7 @@ A case file (``rules/<class>/cases/<ID>.yaml``)::
         facts: {block_size: 16, num_gpu_blocks: 2048}          # one observation each, at the start
         events: {cuda_oom: [{value: 1.0e9, text: load}]}       # log events, at the start
         expect: fires                                          # fires | quiet | unknown
+        remedy_has: ["Add replicas: 4 in all"]                 # optional: texts the remedies must contain
 
 ``series`` use promtool's expanding notation (Prometheus docs, "Unit testing for rules"): ``a+bxn`` is
 ``a, a+b, …, a+n·b`` (n+1 samples), ``axn`` repeats ``a`` n+1 times, ``_`` is a missing sample.
@@ -132,6 +133,8 @@ class Case:
     events: dict[str, list[dict]] = field(default_factory=dict)
     expect: str = "fires"
     path: str = ""
+    remedy_has: tuple[str, ...] = ()
+    """Texts each of which one remedy of the firing finding must contain (``remedy_has:`` in the file)."""
 
     def bundle(self) -> Bundle:
         """The case as a bundle: series sampled every ``interval`` from a fixed start; facts/events at the start."""
@@ -188,7 +191,7 @@ def load_cases(path: str | Path) -> list[Case]:
     for name, c in raw["cases"].items():
         if not isinstance(c, dict):
             raise RuleFileError(f"{path}: case {name} must be a mapping")
-        unknown = set(c) - {"series", "facts", "events", "expect", "doc"}
+        unknown = set(c) - {"series", "facts", "events", "expect", "doc", "remedy_has"}
         if unknown:
             raise RuleFileError(f"{path}: case {name}: unknown key(s) {sorted(unknown)}")
         expect = c.get("expect")
@@ -214,7 +217,12 @@ def load_cases(path: str | Path) -> list[Case]:
             events = _events(c.get("events") or {})
         except ValueError as exc:
             raise RuleFileError(f"{path}: case {name}: {exc}") from None
-        out.append(Case(raw["rule"], str(name), interval, series, facts, events, expect, path))
+        remedy_has = c.get("remedy_has") or []
+        if not isinstance(remedy_has, list) or not all(isinstance(t, str) and t for t in remedy_has):
+            raise RuleFileError(f"{path}: case {name}: remedy_has must be a list of non-empty strings")
+        if remedy_has and expect != "fires":
+            raise RuleFileError(f"{path}: case {name}: remedy_has needs expect: fires (only a firing rule has remedies)")
+        out.append(Case(raw["rule"], str(name), interval, series, facts, events, expect, path, tuple(remedy_has)))
     return out
 
 

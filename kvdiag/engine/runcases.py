@@ -23,10 +23,16 @@ class CaseResult:
     case: Case
     got: str
     message: str
+    remedy: tuple[str, ...] = ()
+
+    @property
+    def missing_remedy(self) -> list[str]:
+        """The case's ``remedy_has`` texts no remedy contains."""
+        return [t for t in self.case.remedy_has if not any(t in r for r in self.remedy)]
 
     @property
     def ok(self) -> bool:
-        return self.got == self.case.expect
+        return self.got == self.case.expect and not self.missing_remedy
 
 
 def run_case(case: Case, rules: list[Rule]) -> CaseResult:
@@ -42,7 +48,11 @@ def run_case(case: Case, rules: list[Rule]) -> CaseResult:
     derive(bundle)
     derive_windows(bundle)
     f = evaluate_rule(rule, bundle)
-    return CaseResult(case, f.status, f.message if f.status != "unknown" else f.reason)
+    res = CaseResult(case, f.status, f.message if f.status != "unknown" else f.reason, tuple(f.remedy))
+    if res.got == case.expect and res.missing_remedy:
+        res.message += (f" — but no remedy contains {res.missing_remedy[0]!r} "
+                        f"(remedies: {' | '.join(res.remedy) or 'none'})")
+    return res
 
 
 def all_cases(dirs: list[str | Path] | None = None) -> list[Case]:
