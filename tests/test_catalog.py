@@ -65,6 +65,19 @@ def test_percent_formatting_with_logger_args():
     assert roundtrip(e, text) == {"num_gpu_blocks": "2755", "num_cpu_blocks": "512", "util": "0.90", "dev": "cuda"}
 
 
+def test_fstring_passed_as_percent_argument():
+    """vLLM 0.8+: logger.info("GPU KV cache size: %s tokens", f"{num_tokens:,}") - the number keeps its spec."""
+    e = one('logger.info("GPU KV cache size: %s tokens", f"{num_tokens:,}")')
+    assert e["template"] == "GPU KV cache size: {num_tokens:,} tokens"
+    assert e["placeholders"][0]["type"] == "number"
+    assert roundtrip(e, "GPU KV cache size: %s tokens" % f"{1096153:,}") == {"num_tokens": "1,096,153"}
+
+
+def test_fstring_variable_passed_as_percent_argument():
+    e = one('def f(n):\n    s = f"{n:,}"\n    logger.info("GPU KV cache size: %s tokens", s)')
+    assert e["template"] == "GPU KV cache size: {n:,} tokens"
+
+
 def test_percent_operator_and_literal_percent():
     e = one('raise RuntimeError("usage %.1f%% of %s blocks" % (usage * 100, n_blocks))')
     assert e["kind"] == "raise" and e["what"] == "RuntimeError"
@@ -139,10 +152,11 @@ def test_version_ranges():
 
 # ---- compilation ----------------------------------------------------------------------------------
 def test_number_and_text_placeholders_and_needle():
-    rx, needle, needles = compile_template(
+    rx, needle, prefix = compile_template(
         "Free memory on device {device} ({free:.2f}/{total:.2f} GiB) on startup",
         [{"name": "device", "type": "text"}, {"name": "free", "type": "number"}, {"name": "total", "type": "number"}])
     assert needle == "Free memory on device"  # the longest literal run
+    assert prefix == "Free memory on device"  # the first piece, for cut lines
     m = rx.search("ValueError: Free memory on device cuda:0 (14.50/79.18 GiB) on startup")
     assert m.group("g0", "g1", "g2") == ("cuda:0", "14.50", "79.18")
     assert not rx.search("Free memory on device cuda:0 (lots/79.18 GiB) on startup")  # a number must be a number

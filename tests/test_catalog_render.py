@@ -76,7 +76,7 @@ GIB = 2**30
 _INTS = [4096, 2755, 1536, 8192, 321, 12288, 77, 40960, 999, 6144, 515, 3072]
 _FLOATS = [12.34, 5.67, 3.21, 7.89, 1.45, 9.87, 2.46, 6.78, 4.32, 8.64, 1.11, 2.22]
 _RATIOS = [0.9, 0.85, 0.75, 0.95, 0.8, 0.7]
-_TEXTS = {"device": "cuda:0", "model": "Qwen/Qwen2-VL-7B", "dtype": "bfloat16", "mode": "FULL", "name": "alpha"}
+_TEXTS = {"preemption_mode": "PreemptionMode.RECOMPUTE", "device": "cuda:0", "model": "Qwen/Qwen2-VL-7B", "dtype": "bfloat16", "mode": "FULL", "name": "alpha"}
 
 
 def _unit_of(entry: dict, i: int) -> str:

@@ -145,7 +145,7 @@ _PCT = re.compile(r"%(?:\((?P<key>\w+)\))?(?P<flags>[#0\- +]*)(?P<width>\*|\d+)?
                   r"(?P<type>[diouxXeEfFgGcrsa%])")
 
 
-def _apply_percent(parts: list, args: list[ast.AST]) -> list:
+def _apply_percent(parts: list, args: list[ast.AST], resolve=None) -> list:
     """``'x %d y %.2f' % (a, b)`` / ``logger.info('x %d', a)`` → parts with placeholders named from the args."""
     dict_arg = args[0] if len(args) == 1 and isinstance(args[0], ast.Dict) else None
     out: list = []
@@ -167,8 +167,17 @@ def _apply_percent(parts: list, args: list[ast.AST]) -> list:
                             if isinstance(k, ast.Constant) and k.value == m.group("key")), None)
                 name = _unparse(val) if val is not None else m.group("key")
             elif i < len(args):
-                name = _unparse(args[i])
+                arg = args[i]
                 i += 1
+                if t in "sa" and not m.group("width") and not m.group("prec"):
+                    # logger.info("size: %s tokens", f"{n:,}") or a variable holding that f-string: its own parts
+                    inner = resolve(arg) if resolve is not None else None
+                    if inner is None and isinstance(arg, ast.JoinedStr):
+                        inner = Templater({}).parts(arg, 0)
+                    if inner is not None and any(isinstance(x, Ph) for x in inner):
+                        out += inner
+                        continue
+                name = _unparse(arg)
             else:
                 out.append(m.group(0))  # more specifiers than arguments: printed as written
                 continue
@@ -378,7 +387,11 @@ class Collector(ast.NodeVisitor):
                 t = Templater(self.assign_stack[-1])
                 parts = t.parts(node.args[0], node.lineno)
                 if parts is not None and len(node.args) > 1:
-                    parts = _apply_percent(parts, list(node.args[1:]))
+                    def resolve(arg, _t=t, _ln=node.lineno):
+                        if isinstance(arg, (ast.JoinedStr, ast.Name)):
+                            return _t.parts(arg, _ln)
+                        return None
+                    parts = _apply_percent(parts, list(node.args[1:]), resolve)
                 level = f.attr.replace("_once", "")
                 self._add("log", LEVEL_OF.get(level, level), parts, node)
         fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
@@ -424,7 +437,7 @@ def scan_wheel(path: Path) -> tuple[list, list, list, int]:
 
 
 # ------------------------------------------------------------------------------------------------
-SCAN_VERSION = 3  # bump when the Collector changes: cached scans of older code are ignored
+SCAN_VERSION = 5  # bump when the Collector changes: cached scans of older code are ignored
 
 
 def _dump_parts(parts: list) -> list:

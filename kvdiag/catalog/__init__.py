@@ -30,7 +30,9 @@ from .mapping import UNITS, marker
 DATA_PATH = Path(__file__).with_name("vllm_messages.json")
 
 #: what a number placeholder captures: digits as Python prints them (thousands separators, sign, exponent)
-NUMBER = r"[-+]?(?:[\d,]*\.?\d+(?:[eE][-+]?\d+)?|inf|nan)"
+# (digits first, then an optional fraction: no two quantifiers compete for the same digits, so a failing
+# search over a line of many numbers stays linear)
+NUMBER = r"[-+]?(?:(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 HEX = r"[-+]?(?:0[xXob])?[0-9a-fA-F]+"  # a number printed with an x/X/o/b format spec
 _SPLIT = re.compile(r"\{\{|\}\}|\{[^{}]*\}")
 _WS = re.compile(r"\s+")
@@ -75,13 +77,13 @@ def placeholder_regex(ph: dict, last: bool) -> str:
     return ".*" if last else ".*?"
 
 
-def compile_template(template: str, placeholders: list[dict]) -> tuple[re.Pattern, str, list[str]]:
-    """``(regex, needle, needles)`` of a template.
+def compile_template(template: str, placeholders: list[dict]) -> tuple[_LazyRegex, str, str]:
+    """``(regex, needle, prefix)`` of a template.
 
-    The regex has one group ``g<i>`` per placeholder; literal parts are escaped with blank runs as ``\\s+``.
-    ``needle`` is the longest literal run (split at placeholders and newlines, stripped); ``needles`` are all runs
-    of 6+ characters, cut to their first 32 characters (a line cut inside or before the longest run still holds
-    one of them).
+    The regex (compiled on first ``search``) has one group ``g<i>`` per placeholder; literal parts are escaped with blank runs as ``\\s+``.
+    ``needle`` is the longest literal run (split at placeholders, newlines and runs of 2+ blanks, stripped): every
+    whole instance holds it. ``prefix`` is the first 32 characters of the template's first literal piece (``""``
+    when that is under 8 characters): a line cut after its beginning holds it.
 
     Raises:
         ValueError: the template has more placeholders than ``placeholders`` describes.
@@ -97,12 +99,14 @@ def compile_template(template: str, placeholders: list[dict]) -> tuple[re.Patter
             parts.append(f"(?P<g{p}>{placeholder_regex(ph, k == len(pieces) - 1)}){pct}")
         else:
             parts.append(_literal_regex(p))
-    runs = [r.strip() for p in pieces if isinstance(p, str) for r in p.split("\n")]
+    if pieces and isinstance(pieces[0], int) and placeholders[pieces[0]].get("type") != "number":
+        parts.insert(0, "^")  # a leading free-text group takes the line's start: one anchored try, not one per offset
+    runs = [r.strip() for p in pieces if isinstance(p, str) for r in re.split(r"\n|\s{2,}", p)]
     runs = [r for r in runs if r]
     needle = max(runs, key=len) if runs else ""
-    # every run's first 32 characters too: a line cut inside a long literal still holds its beginning
-    needles = sorted({r[:32].rstrip() for r in runs if len(r) >= 6} | ({needle} if needle else set()))
-    return re.compile("".join(parts), re.S), needle, needles
+    first = next((_WS.sub(" ", p).strip() for p in pieces if isinstance(p, str) and p.strip()), "")
+    prefix = first[:32].rstrip() if len(first) >= 8 else ""
+    return _LazyRegex("".join(parts)), needle, prefix
 
 
 def _level_fits(entry: dict, level: str) -> bool:
@@ -123,6 +127,35 @@ def expand(versions: list[str], minors: list[str]) -> list[str]:
     return out
 
 
+class _LazyRegex:
+    """A pattern compiled on first use (the parser meets few of the catalogue's templates in one log)."""
+
+    __slots__ = ("pattern", "_rx")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._rx: re.Pattern | None = None
+
+    def search(self, text: str) -> re.Match | None:
+        if self._rx is None:
+            self._rx = re.compile(self.pattern, re.S)
+        return self._rx.search(text)
+
+
+class _Index:
+    """Needle → entry indexes, searched with one Aho-Corasick pass."""
+
+    def __init__(self, by_needle: dict[str, list[int]]) -> None:
+        self.needles = sorted(by_needle)
+        self._entries = [by_needle[n] for n in self.needles]
+        self._ac = ahocorasick_rs.AhoCorasick(self.needles) if self.needles else None
+
+    def find(self, text: str) -> set[int]:
+        if self._ac is None:
+            return set()
+        return {i for n, _s, _e in self._ac.find_matches_as_indexes(text, overlapping=True) for i in self._entries[n]}
+
+
 class Catalog:
     """The compiled catalogue.
 
@@ -137,41 +170,44 @@ class Catalog:
         self.minors = [v["minor"] for v in data["versions"]]
         self.entries: list[dict] = []
         self._compiled: dict[str, tuple[re.Pattern, str, list[str]]] = {}
-        by_needle: dict[str, list[int]] = {}
+        full: dict[str, list[int]] = {}
+        cut: dict[str, list[int]] = {}
         for e in data["messages"]:
-            rx, needle, needles = compile_template(e["template"], e["placeholders"])
+            rx, needle, prefix = compile_template(e["template"], e["placeholders"])
             if len(needle) < 4:
                 continue  # nothing literal enough to find it by
-            self._compiled[e["id"]] = (rx, needle, needles)
+            self._compiled[e["id"]] = (rx, needle, prefix)
             idx = len(self.entries)
             self.entries.append(e)
-            for n in needles:
-                by_needle.setdefault(n, []).append(idx)
-        self._needles = sorted(by_needle)
-        self._needle_entries = [by_needle[n] for n in self._needles]
+            full.setdefault(needle, []).append(idx)
+            if prefix:
+                cut.setdefault(prefix, []).append(idx)
         # most literal text first: a specific template wins over a generic one matching the same line
         self._weight = [sum(len(p) for p in split_template(e["template"]) if isinstance(p, str)) for e in self.entries]
-        self._ac = ahocorasick_rs.AhoCorasick(self._needles) if self._needles else None
+        self._full = _Index(full)
+        self._cut = _Index(cut)
         self.by_id = {e["id"]: e for e in self.entries}
         self._index = {e["id"]: i for i, e in enumerate(self.entries)}
 
     def needles(self) -> list[str]:
-        """Every literal the prefilter should search for (a message holding none matches no entry)."""
-        return list(self._needles)
+        """Every literal the parser's prefilter should search for: each entry's needle and cut-line prefix (a
+        message holding none of them matches no entry, whole or cut)."""
+        return sorted(set(self._full.needles) | set(self._cut.needles))
 
     def needle(self, entry: dict) -> str:
-        """The entry's longest literal piece."""
+        """The entry's longest literal run."""
         return self._compiled[entry["id"]][1]
 
-    def regex(self, entry: dict) -> re.Pattern:
+    def prefix(self, entry: dict) -> str:
+        """The entry's cut-line needle: the first 32 characters of its first literal piece, or ``""``."""
+        return self._compiled[entry["id"]][2]
+
+    def regex(self, entry: dict) -> _LazyRegex:
         return self._compiled[entry["id"]][0]
 
-    def candidates(self, message: str) -> list[dict]:
-        """Entries whose needles occur in ``message``, most literal text first."""
-        if self._ac is None:
-            return []
-        hits = self._ac.find_matches_as_indexes(message[:MAX_MESSAGE], overlapping=True)
-        idx = {i for n, _s, _e in hits for i in self._needle_entries[n]}
+    def candidates(self, message: str, cut: bool = False) -> list[dict]:
+        """Entries whose needle (``cut``: whose prefix) occurs in ``message``, most literal text first."""
+        idx = (self._cut if cut else self._full).find(message[:MAX_MESSAGE])
         return [self.entries[i] for i in sorted(idx, key=lambda i: -self._weight[i])]
 
     def match(self, message: str, partial: bool = True, level: str = "") -> tuple[dict, dict[str, str]] | None:
@@ -215,7 +251,7 @@ class Catalog:
                     cut = cut[:-len(tail)]
             # the entry whose literal text covers most of the cut message wins
             best_p = None
-            for e in cands:
+            for e in self.candidates(cut, cut=True):
                 got = self._match_prefix(e, cut)
                 if got is not None:
                     key = (got[1], _level_fits(e, level))
@@ -235,7 +271,7 @@ class Catalog:
             return None
         norm = _WS.sub(" ", msg)
         start_lit = _WS.sub(" ", pieces[first]).strip()
-        at = norm.find(start_lit[:40])
+        at = norm.find(start_lit[:32].rstrip())
         if at < 0:
             return None
         pos, score = at, 0

@@ -66,7 +66,7 @@ def map_entry(entry: dict) -> dict:
 
     The first rule whose ``match`` regex is found in the template (and whose optional ``kind`` regex matches
     ``kind:level-or-exception``) decides; numbers are assigned to placeholders whose name the key regex finds,
-    each placeholder at most once. Without a rule the event is the generic ``{topic}_{severity}``.
+    each placeholder and each field at most once (the first key wins). Without a rule the event is the generic ``{topic}_{severity}``.
     """
     t = table()
     kind = entry["kind"] + ":" + (entry.get("level") or entry.get("exception") or "")
@@ -76,9 +76,13 @@ def map_entry(entry: dict) -> dict:
         if "_kind" in rule and not rule["_kind"].search(kind):
             continue
         numbers, used = [], set()
+        fields: set[str] = set()
         for key, field, unit in rule["_numbers"]:
+            if field in fields:
+                continue  # an earlier key gave this field already (e.g. 'reduced to' before 'from')
             for i, ph in enumerate(entry["placeholders"]):
                 if i not in used and ph["type"] == "number" and key.search(ph["name"]):
+                    fields.add(field)
                     numbers.append({"placeholder": i, "field": field, "unit": unit})
                     used.add(i)
                     break
