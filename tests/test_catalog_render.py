@@ -45,10 +45,10 @@ UNRECOGNISED_DOC = ROOT / "docs" / "catalog-unrecognised.md"
 RECOGNISED_TARGET = 0.98
 #: measured with the parser as it is before wiring (commit message states the figures); the coordinator raises
 #: every value to RECOGNISED_TARGET once logs.py calls kvdiag.catalog.match
-RECOGNISED_FLOOR: dict[str, float] = {
-    "v1": 0.0, "v0": 0.0, "tag_engine": 0.0, "tag_worker": 0.0, "tag_api": 0.0, "no_header": 0.0,
-    "wrap80": 0.0, "wrap120": 0.0, "quoted": 0.0, "indented": 0.0, "traceback": 0.0, "docker_json": 0.0,
-    "cri": 0.0, "cut": 0.0,
+RECOGNISED_FLOOR: dict[str, float] = {  # measured 2026-12-01 on catalogue of 1903 templates (see docs/catalog.md)
+    "v1": 0.042, "v0": 0.042, "tag_engine": 0.042, "tag_worker": 0.042, "tag_api": 0.042, "no_header": 0.042,
+    "wrap80": 0.005, "wrap120": 0.026, "quoted": 0.042, "indented": 0.042, "traceback": 0.021, "docker_json": 0.042,
+    "cri": 0.040, "cut": 0.024,
 }
 
 FORMS = list(RECOGNISED_FLOOR)
@@ -344,11 +344,8 @@ def table_markers() -> dict:
     return table()["markers"]
 
 
-def write_docs(results: dict[str, dict[str, str]], cat: catalog.Catalog, table: str) -> None:
-    lines = ["# Catalogued vLLM messages the log parser does not recognise yet", "",
-             "Written by `tests/test_catalog_render.py` (do not edit). One row per entry: the forms it is not "
-             "recognised in and the reason (the first form's reason; others usually the same).", "",
-             "| id | event | template | forms | reason |", "|---|---|---|---|---|"]
+def _rows(results: dict[str, dict[str, str]], cat: catalog.Catalog) -> list[str]:
+    lines = ["| id | event | template | forms | reason |", "|---|---|---|---|---|"]
     for e in cat.entries:
         bad = [f for f in FORMS if results[f].get(e["id"])]
         if not bad:
@@ -358,6 +355,20 @@ def write_docs(results: dict[str, dict[str, str]], cat: catalog.Catalog, table: 
         reason = results[bad[0]][e["id"]].replace("|", "\\|")
         forms = "all" if len(bad) == sum(1 for f in FORMS if e["id"] in results[f]) else ", ".join(bad)
         lines.append(f"| `{e['id']}` | {e['event']} | `{tpl}` | {forms} | {reason} |")
+    return lines
+
+
+def write_docs(results: dict[str, dict[str, str]], cat: catalog.Catalog, table: str,
+               preview: dict[str, dict[str, str]] | None = None) -> None:
+    lines = ["# Catalogued vLLM messages the log parser does not recognise yet", "",
+             "Written by `tests/test_catalog_render.py` (do not edit). One row per entry: the forms it is not "
+             "recognised in and the reason (the first form's reason; others usually the same).", ""]
+    if preview is not None:
+        lines += ["## Still unrecognised with the catalogue wired in (PreviewCollector)", "",
+                  "What is left once `kvdiag.catalog.match` is called from the parser: mostly the wrapped and cut "
+                  "forms, which need the line cleaning of issue 12 (rejoining wrapped pieces).", ""]
+        lines += _rows(preview, cat) + [""]
+    lines += ["## Not recognised by the parser as it is (no catalogue)", ""] + _rows(results, cat)
     UNRECOGNISED_DOC.parent.mkdir(exist_ok=True)
     UNRECOGNISED_DOC.write_text("\n".join(lines) + "\n")
     if DOC.exists():
@@ -372,7 +383,7 @@ def write_docs(results: dict[str, dict[str, str]], cat: catalog.Catalog, table: 
 def test_render_every_entry_in_every_form(results, preview, capsys):
     cat = catalog.load()
     table, frac = summary(results, cat, preview)
-    write_docs(results, cat, table)
+    write_docs(results, cat, table, preview)
     with capsys.disabled():
         print("\n" + table)
     low = {f: round(x, 4) for f, x in frac.items() if x < RECOGNISED_FLOOR[f]}
