@@ -1,4 +1,5 @@
-"""The built wheel carries rules/ inside the package: install it into a fresh venv and list the rules.
+"""The built wheel carries rules/ and the vLLM message catalogue inside the package: install it into a fresh venv
+and list the rules.
 
 Works from inside a venv and outside one: the fresh venv sees the running interpreter's dependencies through a
 ``.pth`` file (:mod:`freshvenv`), not through ``--system-site-packages`` (which, from a venv, is the base
@@ -29,6 +30,12 @@ def test_wheel_installs_and_lists_rules(tmp_path):
                            check=True, capture_output=True, text=True, cwd=tmp_path).stdout.split()
     assert where[0].startswith(str(venv)), where
     assert where[1].startswith(str(venv)) and where[1].endswith("kvdiag/rules"), where
+    # the catalogue of vLLM messages ships as package data and compiles from the installed copy
+    cat = subprocess.run([str(py), "-c", "from kvdiag import catalog; c = catalog.load(); "
+                          "print(catalog.DATA_PATH); print(len(c.data['versions']), len(c.entries))"],
+                         check=True, capture_output=True, text=True, cwd=tmp_path).stdout.split()
+    assert cat[0].startswith(str(venv)), cat
+    assert int(cat[1]) >= 25 and int(cat[2]) > 0, cat
     out = subprocess.run([str(venv / "bin" / "kvdiag"), "rules", "list"], capture_output=True, text=True,
                          cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -1,0 +1,421 @@
+"""Render test harness (issue 12): every catalogued vLLM memory message, rendered with sample values in every paste
+form people post, is read by the real log collector, which must give the entry's event with its numbers.
+
+For each entry of kvdiag/catalog/vllm_messages.json the template is filled with typed sample values (distinct
+numbers per placeholder, formatted with the placeholder's own format spec), then written in each form of
+:data:`FORMS` into one log file per form and read with :func:`kvdiag.collect.logs.read_logs`. Observations are
+attributed to entries by their source line. An entry counts as recognised in a form when
+
+* its event shows: the marker of an existing EVENTS event (``event_map.yaml`` ``markers``), or the
+  ``vllm_message`` observation with text ``EVENT:ID`` the catalogue wiring adds for any entry (the same EVENT
+  from another entry counts: some texts are printed from two places); and
+* every number the entry carries is there with the rendered value in base units (in the ``cut`` form only the
+  numbers printed before the cut).
+
+The recognised fraction is printed per form and per version, and the unrecognised entries (id, template, form,
+reason) are written to docs/catalog-unrecognised.md; the summary table goes into docs/catalog.md.
+
+The parser is not wired to the catalogue yet, so the bar is what it achieves today: :data:`RECOGNISED_FLOOR`
+per form, measured. After wiring (kvdiag.catalog.match in logs.py), raise every value to
+:data:`RECOGNISED_TARGET` = 0.98 (issue 12, "Must show" 2). This is the one place a lower bar is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from kvdiag import catalog
+from kvdiag.bundle import Bundle
+from kvdiag.catalog.mapping import UNITS, marker
+from kvdiag.collect.logs import LogCollector, read_logs
+from kvdiag.signals import SIGNALS, Signal
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "catalog.md"
+UNRECOGNISED_DOC = ROOT / "docs" / "catalog-unrecognised.md"
+
+#: the bar after the catalogue is wired into the parser (issue 12, "Must show" 2)
+RECOGNISED_TARGET = 0.98
+#: measured with the parser as it is before wiring (commit message states the figures); the coordinator raises
+#: every value to RECOGNISED_TARGET once logs.py calls kvdiag.catalog.match
+RECOGNISED_FLOOR: dict[str, float] = {  # measured 2026-12-01 on catalogue of 1903 templates (see docs/catalog.md)
+    "v1": 0.042, "v0": 0.042, "tag_engine": 0.042, "tag_worker": 0.042, "tag_api": 0.042, "no_header": 0.042,
+    "wrap80": 0.005, "wrap120": 0.026, "quoted": 0.042, "indented": 0.042, "traceback": 0.021, "docker_json": 0.042,
+    "cri": 0.040, "cut": 0.024,
+}
+
+FORMS = list(RECOGNISED_FLOOR)
+#: forms the parser's current line cleaning handles: with the catalogue wired in they must reach the target now
+PREVIEW_AT_TARGET = ["v1", "v0", "tag_engine", "tag_worker", "tag_api", "no_header", "docker_json", "cri"]
+FORM_DOC = {
+    "v1": "V1 header `INFO 05-06 12:00:00 [file.py:123] msg` (0.8+)",
+    "v0": "V0 header `INFO 05-06 12:00:00 file.py:123] msg` (0.4-0.7)",
+    "tag_engine": "process tag `(EngineCore_DP0 pid=812) ` + V1 header",
+    "tag_worker": "process tag `(VllmWorker rank=0 pid=9) ` + V1 header",
+    "tag_api": "process tag `(APIServer pid=1) ` + V1 header",
+    "no_header": "the message alone",
+    "wrap80": "V1 line hard-wrapped at 80 columns, header on the first piece only",
+    "wrap120": "V1 line word-wrapped at 120 columns, header on the first piece only",
+    "quoted": "`> ` + V1 line (Markdown quote)",
+    "indented": "4 spaces + V1 line",
+    "traceback": "last line of a Python traceback `ValueError: msg` (exceptions only)",
+    "docker_json": "Docker json-file envelope `{\"log\": \"...\\n\", \"stream\": ..., \"time\": ...}`",
+    "cri": "CRI envelope `2025-05-06T12:00:00.123456789Z stdout F ...`",
+    "cut": "V1 line cut two thirds in (after the needle), ending `…`",
+}
+TS = "05-06 12:00:00"
+GIB = 2**30
+
+_INTS = [4096, 2755, 1536, 8192, 321, 12288, 77, 40960, 999, 6144, 515, 3072]
+_FLOATS = [12.34, 5.67, 3.21, 7.89, 1.45, 9.87, 2.46, 6.78, 4.32, 8.64, 1.11, 2.22]
+_RATIOS = [0.9, 0.85, 0.75, 0.95, 0.8, 0.7]
+_TEXTS = {"preemption_mode": "PreemptionMode.RECOMPUTE", "device": "cuda:0", "model": "Qwen/Qwen2-VL-7B", "dtype": "bfloat16", "mode": "FULL", "name": "alpha"}
+
+
+def _unit_of(entry: dict, i: int) -> str:
+    return next((n["unit"] for n in entry.get("numbers") or [] if n["placeholder"] == i), "")
+
+
+def sample(entry: dict, i: int) -> tuple[str, float | None]:
+    """Printed text and numeric value of placeholder ``i`` of ``entry``: distinct per position, typed by the
+    placeholder's format spec and the unit the event table gives it."""
+    ph = entry["placeholders"][i]
+    spec = ph.get("spec", "")
+    if ph["type"] != "number":
+        key = next((k for k in _TEXTS if k in ph["name"].lower()), "")
+        text = _TEXTS[key] if key else f"sample{i}"
+        return (repr(text) if ph.get("conv") == "r" else text), None
+    unit = _unit_of(entry, i)
+    integer = (re.search(r"[dnxXob]$", spec) is not None or unit in ("tokens", "blocks", "count")
+               or (not re.search(r"[eEfFgG%]$", spec) and unit not in ("GiB", "GB", "MiB", "ratio", "seconds",
+                                                                         "percent")))
+    if unit == "ratio":
+        value: float = _RATIOS[i % len(_RATIOS)]
+    elif integer:
+        value = _INTS[i % len(_INTS)]
+    else:
+        value = _FLOATS[i % len(_FLOATS)]
+    try:
+        text = format(int(value) if integer else value, spec) if spec else str(int(value) if integer else value)
+    except (ValueError, TypeError):
+        text = str(value)
+    try:  # the number as printed (a '%' spec prints value*100 and a '%'): the event table's unit describes it
+        shown = float(text.rstrip("%").replace(",", ""))
+    except ValueError:
+        shown = None
+    return text, shown
+
+
+def render(entry: dict) -> tuple[str, dict[int, tuple[str, float | None]]]:
+    pieces = catalog.split_template(entry["template"])
+    vals = {i: sample(entry, i) for i in range(len(entry["placeholders"]))}
+    return "".join(p if isinstance(p, str) else vals[p][0] for p in pieces), vals
+
+
+def _level(entry: dict) -> str:
+    if entry["kind"] == "repr":
+        return "INFO"  # a result object's text, logged whole (M4 at DEBUG, others at INFO)
+    return "ERROR" if entry["kind"] != "log" else entry["level"].upper()
+
+
+def _message(entry: dict, msg: str) -> str:
+    return msg if entry["kind"] in ("log", "repr") else f"{entry['exception']}: {msg}"
+
+
+def _lines_with_header(header: str, msg: str) -> list[str]:
+    """vLLM's NewLineFormatter: every embedded newline repeats the header (with a stray '\\r' before it)."""
+    parts = msg.split("\n")
+    return [header + p + ("\r" if k < len(parts) - 1 else "") for k, p in enumerate(parts)]
+
+
+def forms_of(entry: dict, cat: catalog.Catalog) -> dict[str, tuple[list[str], set[int] | None]]:
+    """Per form: the physical lines, and which placeholders' numbers are expected (None = all)."""
+    msg, _vals = render(entry)
+    text = _message(entry, msg)
+    src = entry["sources"][0]["file"].rsplit("/", 1)[-1]
+    lvl = _level(entry)
+    v1 = f"{lvl} {TS} [{src}:123] "
+    v0 = f"{lvl} {TS} {src}:123] "
+    one = _lines_with_header(v1, text)
+    out: dict[str, tuple[list[str], set[int] | None]] = {
+        "v1": (one, None),
+        "v0": (_lines_with_header(v0, text), None),
+        "tag_engine": (_lines_with_header("(EngineCore_DP0 pid=812) " + v1, text), None),
+        "tag_worker": (_lines_with_header("(VllmWorker rank=0 pid=9) " + v1, text), None),
+        "tag_api": (_lines_with_header("(APIServer pid=1) " + v1, text), None),
+        "no_header": (text.split("\n"), None),
+        "quoted": (["> " + line for line in one], None),
+        "indented": (["    " + line for line in one], None),
+        "docker_json": ([json.dumps({"log": line.rstrip("\r") + "\n", "stream": "stdout",
+                                     "time": "2025-05-06T12:00:00.123456789Z"}) for line in one], None),
+        "cri": (["2025-05-06T12:00:00.123456789Z stdout F " + line.rstrip("\r") for line in one], None),
+    }
+    flat = v1 + " ".join(text.split("\n"))
+    out["wrap80"] = ([flat[k:k + 80] for k in range(0, len(flat), 80)], None)
+    out["wrap120"] = (textwrap.wrap(flat, 120, break_long_words=True, break_on_hyphens=False), None)
+    if entry["kind"] in ("raise", "assert"):
+        fn = entry["sources"][0]["function"].rsplit(".", 1)[-1]
+        out["traceback"] = (["Traceback (most recent call last):",
+                             f'  File "/usr/local/lib/python3.12/dist-packages/{entry["sources"][0]["file"]}", '
+                             f"line 123, in {fn}",
+                             f"    raise {entry['exception']}(msg)"] + text.split("\n"), None)
+    # cut two thirds in, never before the end of the needle; numbers printed wholly before the cut are expected
+    needle = cat.needle(entry)
+    at = flat.find(needle)
+    cut = max(len(flat) * 2 // 3, at + len(needle) + 1 if at >= 0 else 0)
+    if cut < len(flat) - 1:
+        expected = set()
+        pos = len(v1) + (len(text) - len(msg))
+        for p in catalog.split_template(entry["template"]):
+            if isinstance(p, str):
+                pos += len(p)
+            else:
+                shown = _vals[p][0]
+                if pos + len(shown) < cut:
+                    expected.add(p)
+                pos += len(shown)
+        out["cut"] = ([flat[:cut] + "…"], expected)
+    return out
+
+
+def expected_numbers(entry: dict, which: set[int] | None) -> dict[str, float]:
+    _msg, vals = render(entry)
+    out = {}
+    for n in entry.get("numbers") or []:
+        i = n["placeholder"]
+        if which is not None and i not in which:
+            continue
+        shown = vals[i][1]
+        if shown is not None:
+            out[n["field"]] = shown * UNITS[n["unit"]]
+    return out
+
+
+def judge(entry: dict, obs: list[tuple[str, float, str]], which: set[int] | None) -> str:
+    """``""`` when recognised, else the reason."""
+    mk = marker(entry["event"])
+    # the same event from another entry is fine: vLLM prints some texts from two places (or two versions'
+    # spellings render alike), and the event, not the entry id, is what the diagnosis uses
+    wired = any(s == "vllm_message" and t.split(":", 1)[0] == entry["event"] for s, _v, t in obs)
+    nums = expected_numbers(entry, which)
+    if mk is None and not nums and not wired:
+        return f"event {entry['event']} leaves no observation of its own (parser-internal) and no number"
+    if mk is not None and not wired:
+        if mk["signal"] not in SIGNALS:
+            return f"event {entry['event']} not wired: signal {mk['signal']} does not exist yet"
+        if not any(s == mk["signal"] and ("text" not in mk or t == mk["text"]) for s, _v, t in obs):
+            other = [t for s, _v, t in obs if s == "vllm_message"]
+            return (f"no {mk['signal']}{'=' + mk['text'] if 'text' in mk else ''} from its line(s)" +
+                    (f" (read as {other[0]})" if other else ""))
+    for field, want in nums.items():
+        got = [v for s, v, _t in obs if s == field]
+        if not got:
+            return f"{field} missing (expected {want:g})"
+        if not any(math.isclose(g, want, rel_tol=1e-6, abs_tol=1e-9) for g in got):
+            return f"{field} = {got[0]:g}, expected {want:g}"
+    return ""
+
+
+class PreviewCollector(LogCollector):
+    """The wiring proposed for kvdiag/collect/logs.py, as a subclass (that file is not edited on this branch):
+    the catalogue's needles join the fast path's, and every message is also matched against the catalogue after
+    the EVENTS pass, its :func:`kvdiag.catalog.observations` added. Used to measure the figure after wiring."""
+
+    def __init__(self, bundle: Bundle, year: int | None = None) -> None:
+        super().__init__(bundle, year=year)
+        self.needles = sorted(set(self.needles) | set(catalog.needles()))
+
+    def _dispatch(self, line) -> None:
+        super()._dispatch(line)
+        hit = catalog.match(line.msg, level=line.level)
+        if hit:
+            for signal, value, text in catalog.observations(*hit):
+                if signal in SIGNALS:
+                    self._add(signal, value, line, text=text)
+
+
+def run_form(form: str, cat: catalog.Catalog, tmp: Path, preview: bool = False) -> dict[str, str]:
+    """Entry id → reason ('' = recognised) for one form: one log file, observations attributed by line.
+    ``preview``: read with :class:`PreviewCollector` (the catalogue wired in) instead of the parser as it is."""
+    lines: list[str] = []
+    spans: list[tuple[int, int, dict, set[int] | None]] = []
+    for e in cat.entries:
+        forms = forms_of(e, cat)
+        if form not in forms:
+            continue
+        body, which = forms[form]
+        start = len(lines) + 1
+        lines += body
+        spans.append((start, len(lines), e, which))
+        lines.append("INFO 05-06 12:00:00 [render.py:1] --")  # a plain separator record between entries
+    path = tmp / f"render-{form}{'-preview' if preview else ''}.log"
+    path.write_text("\n".join(lines) + "\n")
+    b = Bundle()
+    if preview:
+        PreviewCollector(b, year=2025).read(str(path))
+    else:
+        read_logs(b, [str(path)], year=2025, progress=False)
+    by_line: dict[int, list[tuple[str, float, str]]] = defaultdict(list)
+    for row in b._rows:  # (signal, t, seq, value, text, source, segment)
+        src = row[5]
+        if src.startswith("log:"):
+            by_line[int(src.rsplit(":", 1)[1])].append((row[0], row[3], row[4]))
+    out = {}
+    for start, end, e, which in spans:
+        obs = [o for ln in range(start, end + 1) for o in by_line.get(ln, [])]
+        out[e["id"]] = judge(e, obs, which)
+    return out
+
+
+VLLM_MESSAGE = Signal("vllm_message", "event", "count",
+                      "a catalogued vLLM message (text EVENT:ENTRY_ID), kvdiag/catalog/vllm_messages.json", (),
+                      ("vLLM 0.4-0.33 source",))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, dict[str, str]]:
+    cat = catalog.load()
+    tmp = tmp_path_factory.mktemp("render")
+    return {form: run_form(form, cat, tmp) for form in FORMS}
+
+
+@pytest.fixture(scope="module")
+def preview(tmp_path_factory) -> dict[str, dict[str, str]]:
+    """The same forms read with the catalogue wired in (PreviewCollector; signal vllm_message registered for the
+    duration, as the wiring will add it to kvdiag/signals.py)."""
+    cat = catalog.load()
+    tmp = tmp_path_factory.mktemp("render-preview")
+    added = "vllm_message" not in SIGNALS
+    if added:
+        SIGNALS["vllm_message"] = VLLM_MESSAGE
+    try:
+        return {form: run_form(form, cat, tmp, preview=True) for form in FORMS}
+    finally:
+        if added:
+            del SIGNALS["vllm_message"]
+
+
+def summary(results: dict[str, dict[str, str]], cat: catalog.Catalog,
+            preview: dict[str, dict[str, str]] | None = None) -> tuple[str, dict[str, float]]:
+    """Markdown tables: recognised per form (all entries, and those mapped to an EVENTS event; with ``preview``
+    also the figure with the catalogue wired in) and per version; and the per-form fractions of ``results``."""
+    frac = {}
+    existing = {e["id"] for e in cat.entries if e["event"] in (table_markers())}
+    head = "| form | recognised | of | fraction | EVENTS-mapped entries |"
+    sep = "|---|---:|---:|---:|---:|"
+    if preview is not None:
+        head += " with the catalogue wired in (preview) |"
+        sep += "---:|"
+    rows = [head, sep]
+    for form in FORMS:
+        r = results[form]
+        ok = sum(1 for v in r.values() if not v)
+        frac[form] = ok / len(r) if r else 1.0
+        ex = [i for i in r if i in existing]
+        ex_ok = sum(1 for i in ex if not r[i])
+        row = f"| {form} | {ok} | {len(r)} | {frac[form]:.3f} | {ex_ok}/{len(ex)} = {ex_ok / len(ex):.3f} |"
+        if preview is not None:
+            p = preview[form]
+            p_ok = sum(1 for v in p.values() if not v)
+            row += f" {p_ok}/{len(p)} = {p_ok / len(p):.3f} |"
+        rows.append(row)
+    rows += ["", "| vLLM | entries | recognised (all forms) | fraction |", "|---|---:|---:|---:|"]
+    for v in cat.data["versions"]:
+        ids = {e["id"] for e in cat.entries_of(v["minor"])} & set(cat.by_id)
+        tot = ok = 0
+        for form in FORMS:
+            for i in ids:
+                if i in results[form]:
+                    tot += 1
+                    ok += not results[form][i]
+        rows.append(f"| {v['minor']} | {len(ids)} | {ok}/{tot} | {ok / tot if tot else 1:.3f} |")
+    return "\n".join(rows), frac
+
+
+def table_markers() -> dict:
+    from kvdiag.catalog.mapping import table
+    return table()["markers"]
+
+
+def _rows(results: dict[str, dict[str, str]], cat: catalog.Catalog) -> list[str]:
+    lines = ["| id | event | template | forms | reason |", "|---|---|---|---|---|"]
+    for e in cat.entries:
+        bad = [f for f in FORMS if results[f].get(e["id"])]
+        if not bad:
+            continue
+        tpl = e["template"].replace("|", "\\|").replace("\n", "\\n")
+        tpl = tpl if len(tpl) <= 140 else tpl[:137] + "..."
+        reason = results[bad[0]][e["id"]].replace("|", "\\|")
+        forms = "all" if len(bad) == sum(1 for f in FORMS if e["id"] in results[f]) else ", ".join(bad)
+        lines.append(f"| `{e['id']}` | {e['event']} | `{tpl}` | {forms} | {reason} |")
+    return lines
+
+
+def write_docs(results: dict[str, dict[str, str]], cat: catalog.Catalog, table: str,
+               preview: dict[str, dict[str, str]] | None = None) -> None:
+    lines = ["# Catalogued vLLM messages the log parser does not recognise yet", "",
+             "Written by `tests/test_catalog_render.py` (do not edit). One row per entry: the forms it is not "
+             "recognised in and the reason (the first form's reason; others usually the same).", ""]
+    if preview is not None:
+        lines += ["## Still unrecognised with the catalogue wired in (PreviewCollector)", "",
+                  "What is left once `kvdiag.catalog.match` is called from the parser: mostly the wrapped and cut "
+                  "forms, which need the line cleaning of issue 12 (rejoining wrapped pieces).", ""]
+        lines += _rows(preview, cat) + [""]
+    lines += ["## Not recognised by the parser as it is (no catalogue)", ""] + _rows(results, cat)
+    UNRECOGNISED_DOC.parent.mkdir(exist_ok=True)
+    UNRECOGNISED_DOC.write_text("\n".join(lines) + "\n")
+    if DOC.exists():
+        doc = DOC.read_text()
+        begin, end = "<!-- render:begin -->", "<!-- render:end -->"
+        if begin in doc and end in doc:
+            head, rest = doc.split(begin, 1)
+            _old, tail = rest.split(end, 1)
+            DOC.write_text(head + begin + "\n" + table + "\n" + end + tail)
+
+
+def test_render_every_entry_in_every_form(results, preview, capsys):
+    cat = catalog.load()
+    table, frac = summary(results, cat, preview)
+    write_docs(results, cat, table, preview)
+    with capsys.disabled():
+        print("\n" + table)
+    low = {f: round(x, 4) for f, x in frac.items() if x < RECOGNISED_FLOOR[f]}
+    assert not low, f"recognised fraction below the floor in {low} (floors {RECOGNISED_FLOOR})"
+
+
+def test_preview_wiring_reaches_its_floor(preview):
+    """With the catalogue wired in (PreviewCollector), the single-line forms the parser already cleans must be
+    recognised at the target; the forms that need the line cleaning of issue 12 (wrapped, quoted, cut, ...) are
+    reported, not asserted, here."""
+    for form in PREVIEW_AT_TARGET:
+        r = preview[form]
+        ok = sum(1 for v in r.values() if not v) / len(r)
+        bad = [(i, v) for i, v in r.items() if v][:5]
+        assert ok >= RECOGNISED_TARGET, f"{form}: {ok:.3f} with the catalogue wired in; e.g. {bad}"
+
+
+def test_floors_never_above_target():
+    assert all(0.0 <= x <= RECOGNISED_TARGET for x in RECOGNISED_FLOOR.values())
+
+
+def test_harness_can_fail(tmp_path):
+    """The judge is not blind: a line whose numbers differ, or that is absent, is not recognised."""
+    cat = catalog.load()
+    e = next(x for x in cat.entries if x["event"] == "M3")
+    msg, vals = render(e)
+    good = [("kv_cache_memory_bytes", expected_numbers(e, None)["kv_cache_memory_bytes"], "")]
+    assert judge(e, good, None) == ""
+    assert "expected" in judge(e, [("kv_cache_memory_bytes", 1.0, "")], None)
+    assert "missing" in judge(e, [], None)
+    p = tmp_path / "one.log"
+    p.write_text(f"INFO {TS} [gpu_worker.py:1] {msg}\n")
+    b = Bundle()
+    read_logs(b, [str(p)], year=2025, progress=False)
+    assert b.signal("kv_cache_memory_bytes")["value"].tolist() == [pytest.approx(vals[0][1] * GIB)]
