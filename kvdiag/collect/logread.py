@@ -15,6 +15,11 @@ What this module does, before any vLLM wording is looked at:
   json-file partial messages (``"log"`` without a trailing ``\\n``), CRI partial lines
   (``2025-01-01T06:00:00.123456789Z stdout P …``), and ``docker logs -t`` output wrapped by a
   terminal (continuation lines without the leading timestamp) (:class:`RecordReader`);
+* **re-joins pasted text** (:meth:`RecordReader._detect_paste`): excerpts quoted with ``> `` (any depth) or
+  indented, and lines a mail client, terminal or issue form wrapped at 60-200 columns with the header only on the
+  first piece. Such an input is recognised from its first 400 lines; then every block is unwrapped into logical
+  records *before* the needle search, so a needle split by the wrap (``KV ca`` / ``che``) is still found. Plain
+  logs keep the fast path (pastes are small, the unwrapping is a Python loop);
 * **redacts** secrets (:func:`redact`).
 
 Memory stays bounded whatever the file size: one block (4 MiB) plus one carried partial line,
@@ -48,6 +53,15 @@ _CONTROL_BYTES = [bytes([c]) for c in range(32) if c not in (9, 10, 13, 27)]
 TS_START = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 CRI_PARTIAL = re.compile(rb"^\d{4}-\d\d-\d\dT\S+\s+(?:stdout|stderr)\s+P\s")
 MAX_JOIN = 64  # physical lines one record may span
+# paste forms: '> ' quotes (any depth) and indentation in front of a physical line
+QUOTE = re.compile(rb"^[ \t]*(?:>[ \t]?)+")
+_HEADER_START = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d")
+# a physical line that starts a record of its own (never a wrapped piece of the line before)
+RECORD_START = re.compile(
+    rb"^[ \t]*(?:\((?:[A-Za-z_]\w*)(?: rank=\d+)? pid=\d+\)\s*|\[rank\d+\]:\s*|"
+    rb"\d{4}-\d\d-\d\dT\S+\s+(?:(?:stdout|stderr)\s+[FP]\s+)?)*"
+    rb"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s|Traceback \(|File \"|During handling|The above "
+    rb"exception|[A-Za-z_][\w.]*(?:Error|Exception|Warning)\b|\^+\s*$|\{\"|#|\$ |\d{4}-\d\d-\d\d[ T])")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -275,6 +289,9 @@ class RecordReader:
         self.binary_lines = 0
         self.cut_lines = 0
         self.container = ""
+        self.paste = ""          # "" or how the text was pasted ("quoted '> '", "wrapped at 80 columns", ...)
+        self._wrap = 0           # wrap width of a wrapped paste (0: not wrapped)
+        self._hard_wrap = False  # cut at exactly the width (no space dropped) rather than at word boundaries
         self._mode_known = False
         self._on_block = on_block
         self._ac = ahocorasick_rs.BytesAhoCorasick(sorted({n.encode() for n in needles if n}))
@@ -316,6 +333,8 @@ class RecordReader:
                 if first:
                     self._check_text(bytes(body[:1 << 16]))
                     self._detect_container(bytes(body[:1 << 16]))
+                    if not self.container:
+                        self._detect_paste(bytes(body[:1 << 16]))
                     first = False
                 yield from self._block(body)
                 del body
@@ -353,6 +372,68 @@ class RecordReader:
                 self.container = "ts"
             return
 
+    def _detect_paste(self, body: bytes) -> None:
+        """Recognise a pasted excerpt from its first 400 non-empty lines: quoted (30 % of them start with ``>``),
+        or wrapped (the longest line is 60-200 columns and at least two near-full lines are followed by a piece
+        that starts no record; hard-wrapped when most near-full lines are exactly that long)."""
+        sample = [ln.rstrip(b"\r") for ln in body.split(b"\n")[:2000] if ln.strip()][:400]
+        if not sample:
+            return
+        quoted = sum(1 for ln in sample if QUOTE.match(ln))
+        kinds = []
+        if quoted * 10 >= len(sample) * 3:
+            kinds.append("quoted '> '")
+        lines = [QUOTE.sub(b"", ln) if QUOTE.match(ln) else ln for ln in sample]
+        width = max(len(ln) for ln in lines)
+        if 60 <= width <= 200:
+            near = [i for i, ln in enumerate(lines) if len(ln) >= width - 20]
+            joins, headed = 0, False  # a join counts only inside a record whose first piece has a vLLM header
+            for i, ln in enumerate(lines):
+                if not (headed and i and len(lines[i - 1]) >= width - 20 and not RECORD_START.match(ln)):
+                    headed = bool(_HEADER_START.search(ln[:160]))
+                elif b'File "' not in lines[i - 1]:
+                    joins += 1
+            if joins >= 2:
+                self._wrap = width
+                self._hard_wrap = sum(1 for i in near if len(lines[i]) == width) * 2 > len(near)
+                kinds.append(f"wrapped at {width} columns")
+        self.paste = ", ".join(kinds)
+
+    def _paste_block(self, body: memoryview) -> Iterator[tuple[int, list[bytes]]]:
+        """Candidate records of one block of a pasted excerpt: quote prefixes removed, wrapped pieces joined to
+        the record that has the header (a piece that starts no record of its own), then the needle search on the
+        joined record. A record is not joined across a 4 MiB block boundary."""
+        base = self.lines
+        raw = bytes(body).split(b"\n")
+        if raw and raw[-1] == b"":
+            raw.pop()
+        self.lines += len(raw)
+        width, hard = self._wrap, self._hard_wrap
+        rec: bytearray | None = None
+        rec_no = 0
+        prev_len = 0
+        out: list[tuple[int, bytes]] = []
+        for i, ln in enumerate(raw):
+            ln = ln.rstrip(b"\r")
+            if QUOTE.match(ln):
+                ln = QUOTE.sub(b"", ln, count=1)
+            if (rec is not None and width and ln.strip() and prev_len >= width - 20
+                    and not RECORD_START.match(ln) and b'File "' not in rec[-prev_len:]):
+                if hard and prev_len == width:
+                    rec += ln
+                else:
+                    rec += b" " + ln.lstrip()
+                prev_len = len(ln)
+                continue
+            if rec is not None:
+                out.append((rec_no, bytes(rec)))
+            rec, rec_no, prev_len = bytearray(ln), base + i + 1, len(ln)
+        if rec is not None:
+            out.append((rec_no, bytes(rec)))
+        for lineno, text in out:
+            if self._ac.find_matches_as_indexes(text):
+                yield lineno, [text]
+
     def _continues(self, prev: bytes, nxt: bytes) -> bool:
         """Does physical line ``nxt`` continue the record of ``prev``?"""
         if self.container == "json":
@@ -366,6 +447,9 @@ class RecordReader:
 
     def _block(self, body: memoryview) -> Iterator[tuple[int, list[bytes]]]:
         """Candidate records of one block of whole lines (``body`` ends with ``\\n``)."""
+        if self.paste:
+            yield from self._paste_block(body)
+            return
         base = self.lines
         nl = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 10)  # newline offsets
         self.lines += len(nl)
