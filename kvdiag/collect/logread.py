@@ -292,6 +292,8 @@ class RecordReader:
         self.paste = ""          # "" or how the text was pasted ("quoted '> '", "wrapped at 80 columns", ...)
         self._wrap = 0           # wrap width of a wrapped paste (0: not wrapped)
         self._hard_wrap = False  # cut at exactly the width (no space dropped) rather than at word boundaries
+        self._hard_width = 0
+        self.alternatives: dict[int, bytes] = {}  # line number → the other joining of a wrapped pasted record
         self._mode_known = False
         self._on_block = on_block
         self._ac = ahocorasick_rs.BytesAhoCorasick(sorted({n.encode() for n in needles if n}))
@@ -374,8 +376,11 @@ class RecordReader:
 
     def _detect_paste(self, body: bytes) -> None:
         """Recognise a pasted excerpt from its first 400 non-empty lines: quoted (30 % of them start with ``>``),
-        or wrapped (the longest line is 60-200 columns and at least two near-full lines are followed by a piece
-        that starts no record; hard-wrapped when most near-full lines are exactly that long)."""
+        or wrapped: at most 2 % of the lines are longer than 200 columns (a real log has long config / args lines)
+        and a piece of at least 60 columns of a record that starts with a vLLM header is followed by a piece that
+        starts no record. Hard-wrapped (cut at a fixed column, no space dropped) when every such piece has the same
+        length, or the one piece is a terminal width (80, 100, 120, 132, 160 columns); else wrapped at word
+        boundaries (the space at each break was dropped and is put back)."""
         sample = [ln.rstrip(b"\r") for ln in body.split(b"\n")[:2000] if ln.strip()][:400]
         if not sample:
             return
@@ -384,55 +389,78 @@ class RecordReader:
         if quoted * 10 >= len(sample) * 3:
             kinds.append("quoted '> '")
         lines = [QUOTE.sub(b"", ln) if QUOTE.match(ln) else ln for ln in sample]
-        width = max(len(ln) for ln in lines)
-        if 60 <= width <= 200:
-            near = [i for i, ln in enumerate(lines) if len(ln) >= width - 20]
-            joins, headed = 0, False  # a join counts only inside a record whose first piece has a vLLM header
+        if sum(1 for ln in lines if len(ln) > 200) * 50 <= len(lines):
+            cut: list[int] = []  # lengths of the pieces a continuation follows
+            headed = False
             for i, ln in enumerate(lines):
-                if not (headed and i and len(lines[i - 1]) >= width - 20 and not RECORD_START.match(ln)):
+                if headed and i and len(lines[i - 1]) >= 60 and not RECORD_START.match(ln) \
+                        and b'File "' not in lines[i - 1]:
+                    cut.append(len(lines[i - 1]))
+                else:
                     headed = bool(_HEADER_START.search(ln[:160]))
-                elif b'File "' not in lines[i - 1]:
-                    joins += 1
-            if joins >= 2:
-                self._wrap = width
-                self._hard_wrap = sum(1 for i in near if len(lines[i]) == width) * 2 > len(near)
+            if cut:
+                width = max(cut)
+                self._wrap = 60
+                self._hard_wrap = (len(cut) >= 2 and cut.count(width) == len(cut)) or \
+                    (len(cut) == 1 and width in (80, 100, 120, 132, 160))
+                self._hard_width = width
                 kinds.append(f"wrapped at {width} columns")
         self.paste = ", ".join(kinds)
 
     def _paste_block(self, body: memoryview) -> Iterator[tuple[int, list[bytes]]]:
         """Candidate records of one block of a pasted excerpt: quote prefixes removed, wrapped pieces joined to
-        the record that has the header (a piece that starts no record of its own), then the needle search on the
-        joined record. A record is not joined across a 4 MiB block boundary."""
+        the record that has the header (a piece of a headed record of 60+ columns followed by a piece that starts
+        no record), then the needle search on the joined record. Each joined record is built both ways, pieces
+        glued as they are (a hard cut at a column) and with the dropped space put back (a wrap at word
+        boundaries): the one the width heuristic of :meth:`_detect_paste` prefers is yielded, the other is put in
+        :attr:`alternatives` under the same line number for the collector to choose the reading that matches (a
+        needle split by the cut is found in either: the search runs on the joined text). A record is not joined
+        across a 4 MiB block boundary."""
         base = self.lines
         raw = bytes(body).split(b"\n")
         if raw and raw[-1] == b"":
             raw.pop()
         self.lines += len(raw)
-        width, hard = self._wrap, self._hard_wrap
-        rec: bytearray | None = None
+        width = self._wrap
+        hard: bytearray | None = None   # pieces glued as they are
+        soft: bytearray | None = None   # pieces joined with one space
+        headed = False
+        joined = False
         rec_no = 0
-        prev_len = 0
+        prev = b""
         out: list[tuple[int, bytes]] = []
+
+        def flush():
+            if hard is None:
+                return
+            if not joined:
+                out.append((rec_no, bytes(hard)))
+                return
+            first, other = (hard, soft) if self._hard_wrap else (soft, hard)
+            out.append((rec_no, bytes(first)))
+            if other != first:
+                self.alternatives[rec_no] = bytes(other)
+
         for i, ln in enumerate(raw):
             ln = ln.rstrip(b"\r")
             if QUOTE.match(ln):
                 ln = QUOTE.sub(b"", ln, count=1)
-            if (rec is not None and width and ln.strip() and prev_len >= width - 20
-                    and not RECORD_START.match(ln) and b'File "' not in rec[-prev_len:]):
-                if hard and prev_len == width:
-                    rec += ln
-                else:
-                    rec += b" " + ln.lstrip()
-                prev_len = len(ln)
+            if (hard is not None and width and headed and ln.strip() and len(prev) >= width
+                    and not RECORD_START.match(ln) and b'File "' not in prev):
+                hard += ln
+                soft += b" " + ln.lstrip() if not soft.endswith(b" ") else ln.lstrip()
+                joined = True
+                prev = ln
                 continue
-            if rec is not None:
-                out.append((rec_no, bytes(rec)))
-            rec, rec_no, prev_len = bytearray(ln), base + i + 1, len(ln)
-        if rec is not None:
-            out.append((rec_no, bytes(rec)))
+            flush()
+            hard, soft, rec_no, prev, joined = bytearray(ln), bytearray(ln), base + i + 1, ln, False
+            headed = bool(_HEADER_START.search(ln[:160]))
+        flush()
         for lineno, text in out:
-            if self._ac.find_matches_as_indexes(text):
-                yield lineno, [text]
+            alt = self.alternatives.get(lineno)
+            if self._ac.find_matches_as_indexes(text) or (alt is not None and self._ac.find_matches_as_indexes(alt)):
+                yield lineno, [text]  # the collector reads alternatives[lineno] while it handles this record
+            self.alternatives.pop(lineno, None)
 
     def _continues(self, prev: bytes, nxt: bytes) -> bool:
         """Does physical line ``nxt`` continue the record of ``prev``?"""

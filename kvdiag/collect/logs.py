@@ -150,6 +150,17 @@ _SETTING_WORDS = re.compile(r"gpu[-_]memory[-_]utili[sz]ation|kv[-_]cache[-_](?:
 _SHELL = re.compile(r"^\s*(?:#|\$ |vllm serve |python3? -m vllm)")
 
 
+def _matches(text: str) -> int:
+    return sum(1 for e in _events_for(text) if e[1].search(text))
+
+
+def _better_joining(first: bytes, other: bytes) -> bytes:
+    """Of the two joinings of a wrapped pasted record (pieces glued as cut / with the dropped space put back), the one
+    more events match; ``first`` (the reader's guess from the wrap widths) on a tie."""
+    a, b = first.decode("utf-8", "replace"), other.decode("utf-8", "replace")
+    return other if _matches(b) > _matches(a) else first
+
+
 def _looks_like_trouble(line: Line) -> bool:
     """Memory-trouble wording on a line no event read (see :data:`TROUBLE_NEEDLES`). Shell commands and comments
     (``# vllm serve … --gpu-memory-utilization 0.75``) are a setting, not trouble."""
@@ -241,6 +252,9 @@ class LogCollector:
             on_block = (lambda: progress(position(), size)) if progress else None
             reader = RecordReader(self.needles, path, on_block=on_block)
             for lineno, lines in reader.read(stream):
+                alt = reader.alternatives.get(lineno) if reader.paste else None
+                if alt is not None:
+                    lines = [_better_joining(lines[0], alt)]
                 self._record(lineno, lines, reader.container)
             self._flush_stats()
             self._close_open_tracebacks()
