@@ -324,6 +324,8 @@ def test_engine_config_line_identity(tmp_path):
     assert values(b, "model_multimodal") == [1.0]
     assert texts(b, "vllm_version") == ["0.10.2"]
     assert "vLLM version 0.10.2" in notes
+    assert "model Qwen/Qwen2.5-VL-72B-Instruct-AWQ (Qwen2_5_VLForConditionalGeneration, multimodal, quantization awq)" \
+        in notes
 
 
 def test_multimodal_profile_oom_is_the_encoder(tmp_path):
@@ -398,3 +400,49 @@ def test_no_real_incident_has_an_unexplained_line():
         infos = read_logs(b, [str(p)], progress=False)
         listed = [n for i in infos for n in i.notes if n.startswith("seen, not understood") or n.startswith("… and")]
         assert not listed, (p.parent.name, listed)
+
+
+def test_report_shows_version_identity_and_unseen_lines(tmp_path, kvdiag):
+    """The text report (input notes) shows the exact version, the model and the lines not understood."""
+    p = tmp_path / "v.log"
+    p.write_text(ARCH_LINE + CONFIG_LINE +
+                 "(EngineCore_DP0 pid=270) ERROR 10-04 12:00:00 [core.py:708] RuntimeError: KV cache pages ran out\n")
+    res = kvdiag("analyze", "--log", str(p))
+    assert "Traceback" not in res.err and res.code == 3
+    out = " ".join(res.out.split())  # the text report wraps long lines
+    assert "vLLM version 0.10.2" in out
+    assert "model Qwen/Qwen2.5-VL-72B-Instruct-AWQ" in out
+    assert "seen, not understood: RuntimeError: KV cache pages ran out (line 3)" in out
+    assert "none of the signals" not in out
+
+
+@pytest.mark.parametrize("func,path,phase", [
+    ("load_model", "vllm/v1/worker/gpu_model_runner.py", "load"),
+    ("load_weights", "vllm/model_executor/models/llama.py", "load"),
+    ("profile_run", "vllm/v1/worker/gpu_model_runner.py", "profile"),
+    ("determine_available_memory", "vllm/v1/worker/gpu_worker.py", "profile"),
+    ("determine_num_available_blocks", "vllm/worker/worker.py", "profile"),
+    ("_dummy_sampler_run", "vllm/v1/worker/gpu_model_runner.py", "sampler"),
+    ("_dummy_pooler_run", "vllm/v1/worker/gpu_model_runner.py", "sampler"),
+    ("capture_model", "vllm/v1/worker/gpu_model_runner.py", "cudagraph"),
+    ("initialize_kv_cache", "vllm/v1/worker/gpu_model_runner.py", "kv_alloc"),
+    ("get_kv_cache_configs", "vllm/v1/core/kv_cache_utils.py", "kv_alloc"),
+    ("_execute_mm_encoder", "vllm/v1/worker/gpu_model_runner.py", "encoder"),
+    ("forward", "vllm/model_executor/models/siglip.py", "encoder"),
+    ("forward", "vllm/model_executor/models/whisper.py", "encoder"),
+    ("execute_model", "vllm/v1/worker/gpu_model_runner.py", "runtime"),
+])
+def test_phase_frames(func, path, phase):
+    """Function names of the phases in vLLM 0.4-0.33 (files as in the wheels) give their phase."""
+    from kvdiag.collect.logs import phase_of
+    assert phase_of([("/usr/lib/python3/site-packages/vllm/entrypoints/x.py", "main"), (path, func)]) == phase
+
+
+def test_ray_worker_tag_frames(tmp_path):
+    """A Ray worker's traceback ('(RayWorkerWrapper pid=N, ip=A)' prefix) and the driver's cut OOM line."""
+    text = ('(RayWorkerWrapper pid=4242, ip=10.0.0.2) ERROR 06-10 10:00:00 worker_base.py:500]   File '
+            '"/usr/lib/python3/site-packages/vllm/worker/worker.py", line 200, in determine_num_available_blocks\n'
+            "ERROR 06-10 10:00:01 engine.py:100] ray.exceptions.RayTaskError(OutOfMemoryError): "
+            "ray::RayWorkerWrapper.execute_method() (pid=4242, ip=10.0.0.2)\n")
+    b, _ = parse(tmp_path, text)
+    assert texts(b, "cuda_oom") == ["profile"]

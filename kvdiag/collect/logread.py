@@ -58,7 +58,7 @@ QUOTE = re.compile(rb"^[ \t]*(?:>[ \t]?)+")
 _HEADER_START = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d")
 # a physical line that starts a record of its own (never a wrapped piece of the line before)
 RECORD_START = re.compile(
-    rb"^[ \t]*(?:\((?:[A-Za-z_]\w*)(?: rank=\d+)? pid=\d+\)\s*|\[rank\d+\]:\s*|"
+    rb"^[ \t]*(?:\((?:[A-Za-z_]\w*)(?: rank=\d+)? pid=\d+(?:, ip=[\w.:-]+)?\)\s*|\[rank\d+\]:\s*|"
     rb"\d{4}-\d\d-\d\dT\S+\s+(?:(?:stdout|stderr)\s+[FP]\s+)?)*"
     rb"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s|Traceback \(|File \"|During handling|The above "
     rb"exception|[A-Za-z_][\w.]*(?:Error|Exception|Warning)\b|\^+\s*$|\{\"|#|\$ |\d{4}-\d\d-\d\d[ T])")

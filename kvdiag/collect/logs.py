@@ -14,6 +14,13 @@ the frame that decides the phase (``load_model``, ``profile_run``, ``capture_mod
 Text taken from a log is redacted (:func:`~kvdiag.collect.logread.redact`) before it is stored.
 
 Lines starting ``# [`` are editorial notes in the shared fixtures and are skipped (counted).
+
+Issue 12 additions: the start-up checks of every version (E1-E5 with their 0.8 / 0.16 / 0.24 / 0.33 wordings, taken
+from the wheels' ``v1/core/kv_cache_utils.py``, ``kv_cache_planning.py``, ``v1/worker/gpu_worker.py``,
+``v1/worker/utils.py``, ``worker/worker.py``), CUDA runtime / cut OOM lines (``oom_other_form``), non-memory CUDA
+errors (``cuda_error``), phase markers (:func:`_phase_for`), model identity (``architecture``, engine config / args
+lines, ``architectures.tsv``), and the "seen, not understood" list (:data:`TROUBLE_NEEDLES`, capped at
+:data:`UNSEEN_LISTED` excerpts plus a count, so memory stays bounded).
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # `docker logs -t` / CRI timestamp in front of a line: 2025-10-15T00:02:38.756689123Z [stdout F ]
 CONTAINER_TS = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s+(?:(?:stdout|stderr)\s+[FP]\s+)?")
-PROC_TAG = re.compile(r"^\((?P<proc>[A-Za-z_][\w]*(?: rank=\d+)? pid=\d+)\)\s*")
+# '(EngineCore_DP0 pid=N)', '(VllmWorker rank=R pid=N)', Ray's '(RayWorkerWrapper pid=N, ip=A.B.C.D)'
+PROC_TAG = re.compile(r"^\((?P<proc>[A-Za-z_][\w]*(?: rank=\d+)? pid=\d+)(?:, ip=[\w.:-]+)?\)\s*")
 RANK_TAG = re.compile(r"^\[rank(\d+)\]:\s?")
 HEADER = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:(?P<mon>\d\d)-(?P<day>\d\d)\s+"
@@ -139,12 +147,13 @@ UNSEEN_LISTED = 10
 TROUBLE_NEEDLES = ["out of memory", "Out of memory", "OutOfMemory", "OOM", "CUDA error", "CUBLAS_STATUS", "NCCL",
                    "preempt", "Preempt", "not enough", "Not enough", "insufficient", "Insufficient", "No available",
                    "no available", "KV cache", "kv cache", "KV Cache", "blocks", "memory", "Memory"]
-_TROUBLE_STRONG = re.compile(r"out of memory|OutOfMemory|\bOOM\b|CUDA error|CUBLAS_STATUS|NCCL (?:error|WARN)|"
-                             r"\bpreempt|no (?:free|available) (?:\w+ )?(?:blocks?|memory)|not enough (?:\w+ )?"
-                             r"(?:memory|blocks?|kv cache)|insufficient (?:\w+ )?memory|cannot allocate|"
-                             r"failed to allocate", re.I)
-_TROUBLE_WEAK = re.compile(r"kv cache|cache blocks|gpu blocks|free blocks|\bmemory\b", re.I)
-_SETTING_WORDS = re.compile(r"gpu[-_]memory[-_]utili[sz]ation|kv[-_]cache[-_](?:dtype|memory)|swap[-_]space", re.I)
+# matched on the lower-cased message (a case-insensitive regex costs 3x more per line); OOM on the original
+_TROUBLE_STRONG = re.compile(r"out of memory|outofmemory|cuda error|cublas_status|nccl (?:error|warn)|\bpreempt|"
+                             r"no (?:free|available) (?:\w+ )?(?:blocks?|memory)|not enough (?:\w+ )?"
+                             r"(?:memory|blocks?|kv cache)|insufficient (?:\w+ )?memory|cannot allocate|failed to allocate")
+_OOM_WORD = re.compile(r"\bOOM\b")
+_TROUBLE_WEAK = re.compile(r"kv cache|cache blocks|gpu blocks|free blocks|\bmemory\b")
+_SETTING_WORDS = re.compile(r"gpu[-_]memory[-_]utili[sz]ation|kv[-_]cache[-_](?:dtype|memory)|swap[-_]space")
 
 
 _SHELL = re.compile(r"^\s*(?:#|\$ |vllm serve |python3? -m vllm)")
@@ -167,9 +176,11 @@ def _looks_like_trouble(line: Line) -> bool:
     msg = line.msg
     if _SHELL.match(msg):
         return False
-    if _TROUBLE_STRONG.search(msg):
+    low = msg.lower()
+    if _TROUBLE_STRONG.search(low) or ("OOM" in msg and _OOM_WORD.search(msg)):
         return True
-    return line.level not in ("INFO", "DEBUG") and bool(_TROUBLE_WEAK.search(_SETTING_WORDS.sub("", msg)))
+    return line.level not in ("INFO", "DEBUG") and bool(_TROUBLE_WEAK.search(low)) and \
+        bool(_TROUBLE_WEAK.search(_SETTING_WORDS.sub("", low)))
 
 
 def _excerpt(msg: str, width: int = 160) -> str:
@@ -286,6 +297,9 @@ class LogCollector:
                               [reader.container])
         if self.version:
             info.notes.append(f"vLLM version {self.version}")
+        ident = self._identity_note()
+        if ident:
+            info.notes.append(ident)
         if self.formats:
             info.notes.append("line format: " + ", ".join(sorted(self.formats)))
             guess = version_from_formats(self.formats)
@@ -440,6 +454,18 @@ class LogCollector:
             etype = exc.group("type") if exc else "OutOfMemoryError"
             self._add("exception", len(frames), line, text=f"{etype} in {where}" + (f" [{phase}]" if phase else ""))
         self._close_tb = False
+
+    def _identity_note(self) -> str:
+        """'model NAME (ARCH, multimodal, quantization Q)' from the facts this collector added, or ``""``."""
+        def last(sig: str) -> str:
+            rows = self.bundle.signal(sig)
+            return str(rows["text"].iloc[-1]) if len(rows) else ""
+        name, arch, quant = last("model_name"), last("model_architecture"), last("quantization")
+        if not (name or arch):
+            return ""
+        parts = [p for p in (arch, "multimodal" if self.multimodal else "", f"quantization {quant}" if quant else "")
+                 if p]
+        return f"model {name or '?'}" + (f" ({', '.join(parts)})" if parts else "")
 
     def _unseen_notes(self, info: InputInfo) -> None:
         """'seen, not understood' notes (at most :data:`UNSEEN_LISTED`, then a count) and one
