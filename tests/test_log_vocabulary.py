@@ -446,3 +446,26 @@ def test_ray_worker_tag_frames(tmp_path):
             "ray::RayWorkerWrapper.execute_method() (pid=4242, ip=10.0.0.2)\n")
     b, _ = parse(tmp_path, text)
     assert texts(b, "cuda_oom") == ["profile"]
+
+
+def test_vllm_setting_warnings_are_not_listed(tmp_path):
+    """vLLM warnings that mention the KV cache but report a setting (v1/core/kv_cache_utils.py @ 0.16.0,
+    v1/worker/gpu_model_runner.py @ 0.16.0) are read as such, not listed as 'seen, not understood'."""
+    text = ("(EngineCore_DP0 pid=270) WARNING 02-27 10:00:00 [kv_cache_utils.py:1100] Hybrid KV cache manager is "
+            "disabled for this hybrid model, This means we do not enable any optimizations for saving KV cache memory "
+            "(e.g., dropping the KV cache outside the sliding window). The compute of layers like sliding window is "
+            "still saved.\n"
+            "(EngineCore_DP0 pid=270) WARNING 02-27 10:00:00 [gpu_model_runner.py:4000] Skipping CUDA graph capture. "
+            "To turn on CUDA graph capture, ensure `cudagraph_mode` was not manually set to `NONE`\n")
+    _, notes = parse(tmp_path, text)
+    assert not [n for n in notes if n.startswith("seen, not understood")], notes
+
+
+def test_traceback_source_line_is_not_an_oom(tmp_path):
+    text = ('  File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_model_runner.py", line 2700, in _dummy_sampler_run\n'
+            "    except torch.cuda.OutOfMemoryError as e:\n"
+            "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try "
+            "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.\n")
+    b, notes = parse(tmp_path, text)
+    assert not texts(b, "cuda_oom") and values(b, "sampler_warmup_oom") == [1]
+    assert not [n for n in notes if n.startswith("seen, not understood")], notes

@@ -156,6 +156,17 @@ _TROUBLE_WEAK = re.compile(r"kv cache|cache blocks|gpu blocks|free blocks|\bmemo
 _SETTING_WORDS = re.compile(r"gpu[-_]memory[-_]utili[sz]ation|kv[-_]cache[-_](?:dtype|memory)|swap[-_]space")
 
 
+# vLLM's own WARNING/INFO texts that mention KV cache / memory / CUDA graphs but report a setting, not trouble
+# (read: nothing to list). Sources: v1/core/kv_cache_utils.py / kv_cache_planning.py (hybrid manager, padding layers,
+# page sizes, fine-grained prefix hits, draft group; 0.9-0.33), v1/worker/gpu_model_runner.py (skipping capture,
+# 0.9-0.33), v1/worker/gpu_worker.py (CUDA graph memory profiling disabled, 0.24-0.33), config.py (CUDA graph not
+# supported, fallback to eager, 0.4-0.10), platforms/interface.py and cpu.py (pin memory, fp8 KV on CPU).
+_KNOWN_NOT_TROUBLE = re.compile(
+    r"Hybrid KV cache manager is disabled|KV cache page sizes cannot be unified|Add \d+ padding layers, may waste|"
+    r"Disabling fine-grained prefix-cache hits|no KV cache group could be identified as the draft|"
+    r"Skipping (?:encoder and decoder )?CUDA graph capture|CUDA graph memory profiling is (?:disabled|enabled)|"
+    r"CUDA graph is not supported|fallback to (?:the )?eager mode|Pinned memory is not available|pin_memory=False|"
+    r"doesn't support fp8_e4m3 KV cache|Memory profiling takes|Sleep mode freed")
 _SHELL = re.compile(r"^\s*(?:#|\$ |vllm serve |python3? -m vllm)")
 
 
@@ -443,7 +454,8 @@ class LogCollector:
             if m:
                 event[2](self, m, line)
                 understood = True
-        if not understood and line.lineno != self._last_frame_line + 1 and _looks_like_trouble(line):
+        if not understood and line.lineno != self._last_frame_line + 1 and _looks_like_trouble(line) \
+                and not _KNOWN_NOT_TROUBLE.search(msg):
             self._unseen_count += 1
             if len(self._unseen) < UNSEEN_LISTED:
                 self._unseen.append((line.lineno, redact(_excerpt(msg))))
@@ -1135,6 +1147,8 @@ def _long_context(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("max_model_len", float(m.group(1)), line)
 
 
+# a traceback's source line ('    except torch.OutOfMemoryError as e:'), never an exception line
+_SOURCE_LINE = re.compile(r"^\s*(?:except|raise|if|elif|return|assert|with|for|while|try|def|class|catch)\b")
 _CUDA_ERR_TAIL = re.compile(r"\s*(?:CUDA kernel errors|For debugging|Compile with|Search for|\\n|['\"]|$).*")
 _OOM_ANY_SIZE = re.compile(r"Tried to allocate ([\d.]+) ?(GiB|MiB|KiB|bytes|GB|MB)")
 
@@ -1147,8 +1161,8 @@ def _oom_other_form(c: LogCollector, m: re.Match, line: Line) -> None:
     numbers ('torch.OutOfMemoryError: Error in model executi…', 'CUDA out of memory. Tried to allocate 2.00 GiB. GPU
     0 has a tot…'). Value = bytes tried when printed (else unknown); the phase comes from the frames and markers
     (:func:`_phase_for`). One OOM per line: a line another OOM event read is skipped."""
-    if c._oom_line == line.lineno or "occurred when warming up" in line.msg:
-        return  # read by oom / oom_old, or E6 (sampler / pooler warm-up, its own event)
+    if c._oom_line == line.lineno or "occurred when warming up" in line.msg or _SOURCE_LINE.match(line.msg):
+        return  # read by oom / oom_old, or E6 (sampler / pooler warm-up, its own event), or a traceback source line
     mm = _OOM_ANY_SIZE.search(line.msg)
     tried = size_bytes(mm.group(1), mm.group(2)) if mm else None
     phase = _phase_for(c, line)
@@ -1163,7 +1177,7 @@ def _cuda_error(c: LogCollector, m: re.Match, line: Line) -> None:
     (cudaErrorStreamCaptureUnsupported), '... misaligned address', '... no kernel image is available ...',
     'CUBLAS_STATUS_EXECUTION_FAILED', 'NCCL error: unhandled cuda error' (torch's c10 / ProcessGroupNCCL texts, any
     vLLM version). 'CUDA error: out of memory' and CUBLAS_STATUS_ALLOC_FAILED are OOMs (:func:`_oom_other_form`)."""
-    if c._oom_line == line.lineno:
+    if c._oom_line == line.lineno or _SOURCE_LINE.match(line.msg):
         return
     err = m.group(0)
     if err.startswith("CUDA error: "):
