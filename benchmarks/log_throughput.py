@@ -11,7 +11,12 @@ and a request traceback every ~30 minutes of log time. Then measures, each in it
 * ``analyze``: the whole ``kvdiag analyze --log FILE --format json`` (collect, derive, rules, report);
 * ``grep -c 'KV cache usage'`` on the same file (a lower bound on reading it at all).
 
-Usage: ``python benchmarks/log_throughput.py [--size-mb 1024] [--path /tmp/x.log] [--keep]``.
+Bad input (issue 12, Must show 4): ``--kind unrelated`` builds ``--size-mb`` of text with no vLLM line (web-server
+access lines); ``--kind unseen`` builds ``--unseen-lines`` (default 10⁶) WARNING lines that look like memory trouble
+but match no event, each listed as "seen, not understood" up to the cap and then counted. The collector's row then
+also prints how many notes it wrote.
+
+Usage: ``python benchmarks/log_throughput.py [--size-mb 1024] [--path /tmp/x.log] [--keep] [--kind vllm]``.
 Prints wall time, MB/s, CPU time (user + system, so MB per CPU-second is robust to other load on the
 machine) and peak RSS; it judges nothing (targets: >= 200 MB/s on one core, peak RSS <= 150 MB).
 """
@@ -107,6 +112,28 @@ def build(path: str, size_mb: int, rps: float, seed: int = 7) -> None:
             written += len(chunk.encode())
 
 
+def build_unrelated(path: str, size_mb: int) -> None:
+    """``size_mb`` MiB of web-server access lines: no needle of the collector, nothing vLLM."""
+    rng = random.Random(7)
+    target = size_mb << 20
+    written = 0
+    with open(path, "w") as fh:
+        while written < target:
+            chunk = "".join(f"10.0.{rng.randint(0, 255)}.{rng.randint(0, 255)} - - [01/Dec/2025:10:{i % 60:02d}:00 "
+                            f"+0000] \"GET /static/app.{rng.randint(0, 9999)}.js HTTP/1.1\" 200 {rng.randint(100, 99999)}"
+                            " \"-\" \"Mozilla/5.0 (X11; Linux x86_64)\"\n" for i in range(10000))
+            fh.write(chunk)
+            written += len(chunk)
+
+
+def build_unseen(path: str, n: int) -> None:
+    """``n`` WARNING lines with memory-trouble wording that no event reads."""
+    with open(path, "w") as fh:
+        for start in range(0, n, 10000):
+            fh.write("".join(f"WARNING 12-01 10:00:{i % 60:02d} [x.py:1] odd KV cache condition number {i} on rank 0\n"
+                             for i in range(start, min(n, start + 10000))))
+
+
 def _stamp(day: int, sec: int) -> str:
     month, dom = (12, 31) if day == 0 else (1, day)
     return f"{month:02d}-{dom:02d} {sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
@@ -128,18 +155,25 @@ def main() -> None:
     ap.add_argument("--rps", type=float, default=30.0)
     ap.add_argument("--path", default=None)
     ap.add_argument("--keep", action="store_true", help="reuse --path if it exists and keep it afterwards")
+    ap.add_argument("--kind", choices=("vllm", "unrelated", "unseen"), default="vllm")
+    ap.add_argument("--unseen-lines", type=int, default=1_000_000)
     args = ap.parse_args()
-    path = args.path or os.path.join(tempfile.gettempdir(), f"kvdiag-bench-{args.size_mb}mb.log")
+    path = args.path or os.path.join(tempfile.gettempdir(), f"kvdiag-bench-{args.kind}-{args.size_mb}mb.log")
     if not (args.keep and os.path.exists(path)):
         t0 = time.perf_counter()
-        build(path, args.size_mb, args.rps)
+        if args.kind == "unrelated":
+            build_unrelated(path, args.size_mb)
+        elif args.kind == "unseen":
+            build_unseen(path, args.unseen_lines)
+        else:
+            build(path, args.size_mb, args.rps)
         print(f"built {path} in {time.perf_counter() - t0:.1f} s")
     size = os.path.getsize(path)
     lines = sum(1 for _ in open(path, "rb"))
     collect = [sys.executable, "-c",
                "import sys; from kvdiag.bundle import Bundle; from kvdiag.collect.logs import read_logs; "
                "b = Bundle(); i = read_logs(b, [sys.argv[1]], progress=False)[0]; "
-               "print(i.records, len(b), len(b.signal('kv_cache_usage')))", path]
+               "print(i.records, len(b), len(b.signal('kv_cache_usage')), 'notes', len(i.notes))", path]
     rows = [("kvdiag collector (read_logs)", *measure(collect)),
             ("kvdiag analyze --format json", *measure([sys.executable, "-m", "kvdiag", "analyze", "--log", path,
                                                       "--format", "json"])),

@@ -201,6 +201,28 @@ _SIGNALS = [
            ("'Starting profile run for multi-modal models.' (enc_dec_model_runner.py, V0)",)),
     Signal("python_traceback", "event", "count", "a Python traceback began ('Traceback (most recent call last):')",
            (), ("any uncaught exception",)),
+    # --- log events and facts of issue 12 (kvdiag/collect/logs.py) -----------------------------------
+    Signal("cuda_error", "event", "count",
+           "a CUDA / cuBLAS / NCCL error that is not a memory problem (illegal memory access, device-side assert, "
+           "stream capture, NCCL ...); text = the error", (), ("'CUDA error: X' (c10 CUDA runtime check)",
+                                                              "'NCCL error'", "'CUBLAS_STATUS_X'")),
+    Signal("kv_blocks_exhausted", "event", "count",
+           "V0 block manager ran out of free KV blocks at runtime (an exception, not a preemption)", (),
+           ("'Out of memory! No free blocks are available.' (core/block_manager_v1.py)",
+            "'No usable cache memory left' (core/evictor*.py)")),
+    Signal("unrecognised_memory_line", "event", "count",
+           "log lines that look like memory trouble but match no event; value = how many (one row per input)", (),
+           ("any line with OOM / out of memory / KV cache / CUDA error / preempt / blocks wording",)),
+    Signal("model_architecture", "fact", "text", "model architecture vLLM resolved",
+           (), ("'Resolved architecture: X' (0.10+)", "engine config / args lines")),
+    Signal("model_name", "fact", "text", "model served (path or Hugging Face id)",
+           (), ("engine config line model='X'", "'non-default args: {'model': X}'", "args Namespace(model=X)")),
+    Signal("model_multimodal", "fact", "count",
+           "1 when the model takes images / audio / video (architecture or multimodal args), else 0", (),
+           ("architecture name", "'limit_mm_per_prompt' / 'mm_processor_kwargs' args",
+            "'Encoder cache will be initialized with a budget' (V1 0.8+)")),
+    Signal("quantization", "fact", "text", "weight quantization method (awq, gptq, fp8, bitsandbytes, ...)",
+           (), ("engine config line quantization=X", "args")),
     # --- derived by kvdiag/derive.py for the catalog rules (issue 6) --------------------------------
     Signal("cuda_oom_phase", "event", "bytes",
            "each CUDA OOM with its phase settled from the log's order of start-up steps when the traceback does not "

@@ -180,6 +180,42 @@ LINES: dict[str, tuple[str, dict]] = {
                            {"mm_profile_warning": [180224]}),
     "mm_profile_run": ("INFO 11-05 03:21:41 enc_dec_model_runner.py:297] Starting profile run for multi-modal models.",
                        {"mm_profile_run": [1]}),
+    # --- issue 12: written from vLLM's source (file @ version) with that version's header and process tag ---
+    # v1/worker/utils.py @ 0.33.0 (ValueError, the 0.33 variant of E4)
+    "E4_external": ("(EngineCore pid=812) ERROR 11-02 09:15:07 [core.py:1100] ValueError: Externally held weights on "
+                    "device cuda:0 (20.5/79.19 GiB) exceed the desired GPU memory utilization (0.9, 71.27 GiB). "
+                    "Increase GPU memory utilization or reduce GPU memory used by other processes.",
+                    {"free_memory_below_request": ["external_weights"], "gpu_total_bytes": [79.19 * GIB],
+                     "gpu_budget_bytes": [71.27 * GIB], "gpu_memory_utilization": [0.9]}),
+    # core/block_manager_v1.py @ 0.4.3 (ValueError)
+    "kv_blocks_exhausted": ("ValueError: Out of memory! No free blocks are available.",
+                            {"kv_blocks_exhausted": ["Out of memory! No free blocks are available"]}),
+    # engine/arg_utils.py @ 0.8.5 (WARNING; 'causeOOM' as printed there)
+    "long_context": ("WARNING 04-28 04:07:51 [arg_utils.py:1536] The model has a long context length (131072). This may "
+                     "causeOOM during the initial memory profiling phase, or result in low performance due to small KV "
+                     "cache size. Consider setting --max-model-len to a smaller value.", {"max_model_len": [131072]}),
+    # torch c10 CUDA check, wrapped by v1/executor/multiproc_executor.py (0.10+) 'Worker failed with error'
+    "oom_other_form": ("(EngineCore_DP0 pid=270) ERROR 10-04 12:00:00 [core.py:700] RuntimeError: Worker failed with "
+                       "error 'CUDA error: out of memory", {"cuda_oom": ["unknown"]}),
+    "cuda_error": ("(EngineCore_DP0 pid=270) ERROR 10-04 12:00:00 [core.py:700] RuntimeError: CUDA error: an illegal "
+                   "memory access was encountered", {"cuda_error": ["CUDA error: an illegal memory access was encountered"],
+                                                     "cuda_oom": []}),
+    # config/model.py @ 0.33.0 / config/__init__.py @ 0.10.2 (INFO)
+    "architecture": ("(APIServer pid=1) INFO 10-04 12:00:00 [model.py:744] Resolved architecture: "
+                     "Qwen2VLForConditionalGeneration",
+                     {"model_architecture": ["Qwen2VLForConditionalGeneration"], "model_multimodal": [1.0]}),
+    # v1/worker/gpu_model_runner.py @ 0.10.2 profile_run (INFO)
+    "encoder_budget": ("(EngineCore_DP0 pid=270) INFO 10-04 12:00:00 [gpu_model_runner.py:3000] Encoder cache will be "
+                       "initialized with a budget of 16384 tokens, and profiled with 1 image items of the maximum "
+                       "feature size.", {"model_multimodal": [1.0]}),
+    "mm_profile_skip": ("(EngineCore_DP0 pid=270) INFO 10-04 12:00:00 [gpu_model_runner.py:3010] Skipping memory "
+                        "profiling for multimodal encoder and encoder cache.", {"model_multimodal": []}),
+    # v1/worker/gpu_model_runner.py @ 0.10.2 load_model (INFO)
+    "step_load": ("(EngineCore_DP0 pid=270) INFO 10-04 12:00:00 [gpu_model_runner.py:2338] Starting to load model "
+                  "Qwen/Qwen2.5-VL-7B-Instruct...", {"model_name": ["Qwen/Qwen2.5-VL-7B-Instruct"],
+                                                      "model_multimodal": [1.0]}),
+    # worker/model_runner.py @ 0.4.3 (K12 without a size)
+    "K12_nosize": ("INFO 06-10 10:00:00 model_runner.py:1000] Graph capturing finished in 12 secs.", {"cudagraph_bytes": []}),
     # operator measurements (real, 017 write-up)
     "measure_pool": ("#   logged pool: 1,096,153 tokens (1.22x at 900k) / 665 GPU blocks",
                      {"kv_cache_size_tokens": [1096153], "num_gpu_blocks": [665]}),

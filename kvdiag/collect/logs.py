@@ -14,6 +14,13 @@ the frame that decides the phase (``load_model``, ``profile_run``, ``capture_mod
 Text taken from a log is redacted (:func:`~kvdiag.collect.logread.redact`) before it is stored.
 
 Lines starting ``# [`` are editorial notes in the shared fixtures and are skipped (counted).
+
+Issue 12 additions: the start-up checks of every version (E1-E5 with their 0.8 / 0.16 / 0.24 / 0.33 wordings, taken
+from the wheels' ``v1/core/kv_cache_utils.py``, ``kv_cache_planning.py``, ``v1/worker/gpu_worker.py``,
+``v1/worker/utils.py``, ``worker/worker.py``), CUDA runtime / cut OOM lines (``oom_other_form``), non-memory CUDA
+errors (``cuda_error``), phase markers (:func:`_phase_for`), model identity (``architecture``, engine config / args
+lines, ``architectures.tsv``), and the "seen, not understood" list (:data:`TROUBLE_NEEDLES`, capped at
+:data:`UNSEEN_LISTED` excerpts plus a count, so memory stays bounded).
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # `docker logs -t` / CRI timestamp in front of a line: 2025-10-15T00:02:38.756689123Z [stdout F ]
 CONTAINER_TS = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s+(?:(?:stdout|stderr)\s+[FP]\s+)?")
-PROC_TAG = re.compile(r"^\((?P<proc>[A-Za-z_][\w]*(?: rank=\d+)? pid=\d+)\)\s*")
+# '(EngineCore_DP0 pid=N)', '(VllmWorker rank=R pid=N)', Ray's '(RayWorkerWrapper pid=N, ip=A.B.C.D)'
+PROC_TAG = re.compile(r"^\((?P<proc>[A-Za-z_][\w]*(?: rank=\d+)? pid=\d+)(?:, ip=[\w.:-]+)?\)\s*")
 RANK_TAG = re.compile(r"^\[rank(\d+)\]:\s?")
 HEADER = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:(?P<mon>\d\d)-(?P<day>\d\d)\s+"
@@ -80,13 +88,20 @@ class Line:
 # ------------------------------------------------------------------------------------------------
 # OOM phase: which traceback frame raised it (§2.7). The frame nearest the raise decides.
 PHASE_FRAMES: list[tuple[str, re.Pattern]] = [
-    ("sampler", re.compile(r"_dummy_sampler_run|/sample/sampler\.py|sampler\.py$")),
+    ("sampler", re.compile(r"_dummy_sampler_run|_dummy_pooler_run|/sample/sampler\.py|sampler\.py$")),
     ("cudagraph", re.compile(r"capture_model|_capture_cudagraphs|cuda_graph|cudagraph", re.I)),
-    ("kv_alloc", re.compile(r"_allocate_kv_cache|_init_cache_engine|initialize_kv_cache|cache_engine\.py")),
-    ("encoder", re.compile(r"get_multimodal_embeddings|_process_image_input|vision|visual|encoder", re.I)),
+    ("kv_alloc", re.compile(r"_allocate_kv_cache|_init_cache_engine|initialize_kv_cache|cache_engine\.py|"
+                            r"initialize_from_config|_reshape_kv_cache_tensors|initialize_cache|"
+                            r"get_kv_cache_configs?\b|_initialize_kv_caches")),
+    # a vision / audio tower's forward or the V1 encoder step (gpu_model_runner._execute_mm_encoder 0.9+,
+    # embed_multimodal 0.11+, get_multimodal_embeddings 0.6+, _process_image_input / _process_audio_input)
+    ("encoder", re.compile(r"get_multimodal_embeddings|embed_multimodal|_execute_mm_encoder|_process_image_input|"
+                           r"_process_video_input|_process_audio_input|_process_multimodal|vision|visual|encoder|"
+                           r"audio|siglip|clip\.py|whisper|pixtral|image_processing|_profile_encoder", re.I)),
     ("profile", re.compile(r"profile_run|_dummy_run|determine_available_memory|determine_num_available_blocks")),
     ("runtime", re.compile(r"execute_model")),
     ("load", re.compile(r"load_model|load_weights|_initialize_model|build_model|create_weights|weight_loader|"
+                        r"initialize_model|_load_weights|safetensors_weights_iterator|"
                         r"model_loader|lm_head|ParallelLMHead|VocabParallelEmbedding")),
 ]
 
@@ -118,6 +133,70 @@ def phase_of(frames: list[tuple[str, str]]) -> str:
 # The EVENTS registry: (id, pattern, handler). Handlers receive the match, the Line and the
 # collector, and add observations. Ids follow shared/reference/vllm-observability.md §2.
 _num = r"(-?\d+(?:\.\d+)?)"
+
+
+# paste forms: '> ' quotes at any depth and indentation in front of a record (kept: a traceback frame's own indent
+# does not matter, FRAME searches anywhere)
+QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+[ \t]*|^[ \t]+")
+_PASTE_LEAD = (" ", "\t", ">")
+
+# "Nothing silently dropped": a line that holds memory-trouble wording but matched no event is listed. Strong words
+# count at any level; weak ones (KV cache, blocks, memory) only on WARNING/ERROR/CRITICAL lines or text printed outside
+# the logger (exception lines), never on INFO/DEBUG progress talk.
+UNSEEN_LISTED = 10
+TROUBLE_NEEDLES = ["out of memory", "Out of memory", "OutOfMemory", "OOM", "CUDA error", "CUBLAS_STATUS", "NCCL",
+                   "preempt", "Preempt", "not enough", "Not enough", "insufficient", "Insufficient", "No available",
+                   "no available", "KV cache", "kv cache", "KV Cache", "blocks", "memory", "Memory"]
+# matched on the lower-cased message (a case-insensitive regex costs 3x more per line); OOM on the original
+_TROUBLE_STRONG = re.compile(r"out of memory|outofmemory|cuda error|cublas_status|nccl (?:error|warn)|\bpreempt|"
+                             r"no (?:free|available) (?:\w+ )?(?:blocks?|memory)|not enough (?:\w+ )?"
+                             r"(?:memory|blocks?|kv cache)|insufficient (?:\w+ )?memory|cannot allocate|failed to allocate")
+_OOM_WORD = re.compile(r"\bOOM\b")
+_TROUBLE_WEAK = re.compile(r"kv cache|cache blocks|gpu blocks|free blocks|\bmemory\b")
+_SETTING_WORDS = re.compile(r"gpu[-_]memory[-_]utili[sz]ation|kv[-_]cache[-_](?:dtype|memory)|swap[-_]space")
+
+
+# vLLM's own WARNING/INFO texts that mention KV cache / memory / CUDA graphs but report a setting, not trouble
+# (read: nothing to list). Sources: v1/core/kv_cache_utils.py / kv_cache_planning.py (hybrid manager, padding layers,
+# page sizes, fine-grained prefix hits, draft group; 0.9-0.33), v1/worker/gpu_model_runner.py (skipping capture,
+# 0.9-0.33), v1/worker/gpu_worker.py (CUDA graph memory profiling disabled, 0.24-0.33), config.py (CUDA graph not
+# supported, fallback to eager, 0.4-0.10), platforms/interface.py and cpu.py (pin memory, fp8 KV on CPU).
+_KNOWN_NOT_TROUBLE = re.compile(
+    r"Hybrid KV cache manager is disabled|KV cache page sizes cannot be unified|Add \d+ padding layers, may waste|"
+    r"Disabling fine-grained prefix-cache hits|no KV cache group could be identified as the draft|"
+    r"Skipping (?:encoder and decoder )?CUDA graph capture|CUDA graph memory profiling is (?:disabled|enabled)|"
+    r"CUDA graph is not supported|fallback to (?:the )?eager mode|Pinned memory is not available|pin_memory=False|"
+    r"doesn't support fp8_e4m3 KV cache|Memory profiling takes|Sleep mode freed")
+_SHELL = re.compile(r"^\s*(?:#|\$ |vllm serve |python3? -m vllm)")
+
+
+def _matches(text: str) -> int:
+    return sum(1 for e in _events_for(text) if e[1].search(text))
+
+
+def _better_joining(first: bytes, other: bytes) -> bytes:
+    """Of the two joinings of a wrapped pasted record (pieces glued as cut / with the dropped space put back), the one
+    more events match; ``first`` (the reader's guess from the wrap widths) on a tie."""
+    a, b = first.decode("utf-8", "replace"), other.decode("utf-8", "replace")
+    return other if _matches(b) > _matches(a) else first
+
+
+def _looks_like_trouble(line: Line) -> bool:
+    """Memory-trouble wording on a line no event read (see :data:`TROUBLE_NEEDLES`). Shell commands and comments
+    (``# vllm serve … --gpu-memory-utilization 0.75``) are a setting, not trouble."""
+    msg = line.msg
+    if _SHELL.match(msg):
+        return False
+    low = msg.lower()
+    if _TROUBLE_STRONG.search(low) or ("OOM" in msg and _OOM_WORD.search(msg)):
+        return True
+    return line.level not in ("INFO", "DEBUG") and bool(_TROUBLE_WEAK.search(low)) and \
+        bool(_TROUBLE_WEAK.search(_SETTING_WORDS.sub("", low)))
+
+
+def _excerpt(msg: str, width: int = 160) -> str:
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= width else msg[:width - 1] + "…"
 
 
 class LogCollector:
@@ -155,6 +234,15 @@ class LogCollector:
         self._year_end: datetime | None = None
         self._src_cache: tuple[int, str] = (-1, "")
         self._step: dict[str, str] = {}
+        self._last_step_key = ""
+        self.multimodal = False           # the model takes images / audio (architecture, args, encoder lines)
+        self._mm_said = False
+        self._mm_profile_skipped = False
+        self._oom_line = -1               # line number of the last OOM event (one OOM per line)
+        self._cuda_error_line = -1
+        self._last_frame_line = -2        # line number of the last traceback frame (its source line follows)
+        self._unseen: list[tuple[int, str]] = []  # lines that look like memory trouble but match no event
+        self._unseen_count = 0
         self.needles = event_needles()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -186,6 +274,9 @@ class LogCollector:
             on_block = (lambda: progress(position(), size)) if progress else None
             reader = RecordReader(self.needles, path, on_block=on_block)
             for lineno, lines in reader.read(stream):
+                alt = reader.alternatives.get(lineno) if reader.paste else None
+                if alt is not None:
+                    lines = [_better_joining(lines[0], alt)]
                 self._record(lineno, lines, reader.container)
             self._flush_stats()
             self._close_open_tracebacks()
@@ -197,6 +288,9 @@ class LogCollector:
         info.observations = len(self.bundle) - before
         if reader.binary_lines and info.observations == 0 and reader.binary_lines * 10 >= reader.lines * 9:
             raise InputError(f"{path}:1: binary data, expected text log lines")
+        self._unseen_notes(info)
+        if reader.paste:
+            info.notes.append("pasted text (" + reader.paste + "): lines re-joined before matching")
         if reader.truncated:
             info.notes.append(f"truncated after {reader.lines} lines ({redact(reader.truncated)}): "
                               "the lines before the cut were read, the rest is missing")
@@ -214,6 +308,9 @@ class LogCollector:
                               [reader.container])
         if self.version:
             info.notes.append(f"vLLM version {self.version}")
+        ident = self._identity_note()
+        if ident:
+            info.notes.append(ident)
         if self.formats:
             info.notes.append("line format: " + ", ".join(sorted(self.formats)))
             guess = version_from_formats(self.formats)
@@ -277,6 +374,8 @@ class LogCollector:
             self._one(lineno, text, t_container)
 
     def _one(self, lineno: int, text: str, t: float | None) -> None:
+        if text[:1] in _PASTE_LEAD:  # quoted ('> ', any depth) or indented paste
+            text = QUOTE_PREFIX.sub("", text, count=1)
         proc = ""
         m = PROC_TAG.match(text)
         if m:
@@ -346,12 +445,20 @@ class LogCollector:
             if fm:
                 self._frames.setdefault(key, []).append((fm.group("path"), fm.group("func")))
                 self._frames_line[key] = line.lineno
+                self._last_frame_line = line.lineno
                 return
         exc = EXC_LINE.match(msg) if ("Error" in msg or "Exception" in msg) else None
+        understood = False
         for event in _events_for(msg):
             m = event[1].search(msg)
             if m:
                 event[2](self, m, line)
+                understood = True
+        if not understood and line.lineno != self._last_frame_line + 1 and _looks_like_trouble(line) \
+                and not _KNOWN_NOT_TROUBLE.search(msg):
+            self._unseen_count += 1
+            if len(self._unseen) < UNSEEN_LISTED:
+                self._unseen.append((line.lineno, redact(_excerpt(msg))))
         if (exc or self._close_tb) and self._frames.get(key):
             frames = self._frames.pop(key)
             phase, func, path = deciding_frame(frames)
@@ -359,6 +466,34 @@ class LogCollector:
             etype = exc.group("type") if exc else "OutOfMemoryError"
             self._add("exception", len(frames), line, text=f"{etype} in {where}" + (f" [{phase}]" if phase else ""))
         self._close_tb = False
+
+    def _identity_note(self) -> str:
+        """'model NAME (ARCH, multimodal, quantization Q)' from the facts this collector added, or ``""``."""
+        def last(sig: str) -> str:
+            rows = self.bundle.signal(sig)
+            return str(rows["text"].iloc[-1]) if len(rows) else ""
+        name, arch, quant = last("model_name"), last("model_architecture"), last("quantization")
+        if not (name or arch):
+            return ""
+        parts = [p for p in (arch, "multimodal" if self.multimodal else "", f"quantization {quant}" if quant else "")
+                 if p]
+        return f"model {name or '?'}" + (f" ({', '.join(parts)})" if parts else "")
+
+    def _unseen_notes(self, info: InputInfo) -> None:
+        """'seen, not understood' notes (at most :data:`UNSEEN_LISTED`, then a count) and one
+        ``unrecognised_memory_line`` row, so such an input is never judged as holding no signal."""
+        if not self._unseen_count:
+            return
+        for lineno, text in self._unseen:
+            info.notes.append(f"seen, not understood: {text} (line {lineno})")
+        more = self._unseen_count - len(self._unseen)
+        if more:
+            info.notes.append(f"… and {more:,} more line(s) seen, not understood")
+        first = self._unseen[0][0]
+        self._add("unrecognised_memory_line", float(self._unseen_count), Line(first, None, "", "", ""),
+                  text=self._unseen[0][1])
+        self._unseen.clear()
+        self._unseen_count = 0
 
     def _close_open_tracebacks(self) -> None:
         """Traceback frames never closed by an exception line (a cut log): one ``exception`` event each, type ``?``."""
@@ -492,6 +627,7 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
         c.formats.add("stats line 'Preemptions' (0.16+)")
     if engine:
         c._engines.add(engine)
+    c._step.clear()  # serving: no start-up phase marker applies any more
     pending = c._stats_pending
     if pending and (pending[0][0].t != line.t or not engine or engine in c._pending_engines):
         c._flush_stats()
@@ -519,6 +655,7 @@ def _preempt(c: LogCollector, m: re.Match, line: Line) -> None:
 def _weights(c: LogCollector, m: re.Match, line: Line) -> None:
     """W1 'Loading model weights took X GB' (GiB despite the name) / W2, W3 'Model loading took X GiB'."""
     c._new_segment(line, "weights")
+    _set_step(c, line, "")
     msg = line.msg
     c.formats.add("weights line W1 'GB' (0.4-0.7)" if "weights took" in msg else
                   "weights line W3 'GiB memory and' (0.16+)" if "GiB memory and" in msg else
@@ -615,6 +752,7 @@ def _k11(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _k12(c: LogCollector, m: re.Match, line: Line) -> None:
     """K12 'Graph capturing finished in S secs, took G GiB'."""
+    _set_step(c, line, "")
     c._add("cudagraph_bytes", float(m.group(1)) * GIB, line)
 
 
@@ -654,13 +792,6 @@ def _mamba_blocks(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("kv_capacity_error", 1, line, text="max_num_seqs_exceeds_mamba_blocks")
     c._add("max_num_seqs", float(m.group(1)), line)
     c._add("mamba_cache_blocks", float(m.group(2)), line)
-
-
-def _e4(c: LogCollector, m: re.Match, line: Line) -> None:
-    """E4 'Free memory on device (F/T GiB) on startup is less than desired GPU memory utilization (U, R GiB).'"""
-    c._add("free_memory_below_request", 1, line)
-    c._add("gpu_free_at_startup_bytes", float(m.group(1)) * GIB, line)
-    c._add("gpu_total_bytes", float(m.group(2)) * GIB, line)
 
 
 def _e6(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -716,24 +847,7 @@ def _oom(c: LogCollector, m: re.Match, line: Line) -> None:
     total = size_bytes(m.group(3), m.group(4))
     free = size_bytes(m.group(5), m.group(6))
     key = line.proc or "main"
-    frames = c._frames.get(key) or []
-    if not frames:  # frames may sit under another tag (rank prefix vs none); take the most recent group
-        if c._frames_line:
-            last_key = max(c._frames_line, key=c._frames_line.get)
-            if line.lineno - c._frames_line[last_key] < 200:
-                frames = c._frames.get(last_key, [])
-    phase = phase_of(frames)
-    if not phase and "Error in model execution" in msg:
-        phase = "runtime"
-    mm = _WORKER_METHOD.search(msg)
-    if not phase and mm:  # V0 'Exception in worker ... while processing method determine_num_available_blocks'
-        phase = phase_of([("", mm.group(1))])
-    if not phase:
-        phase = c._step.get(key, "")
-    if phase == "profile" and c._segment_signals & {"mm_profile_run", "mm_profile_warning"}:
-        phase = "encoder"  # the profile run of a multimodal model runs the encoder on dummy images first
-    if not phase and "sampler" in msg.lower():
-        phase = "sampler"
+    phase = _phase_for(c, line)
     c._add("gpu_total_bytes", total, line)
     mm = re.search(r"Of the allocated memory ([\d.]+) (\w+) is allocated by PyTorch", msg)
     torch_alloc = size_bytes(mm.group(1), mm.group(2)) if mm else None
@@ -746,7 +860,44 @@ def _oom(c: LogCollector, m: re.Match, line: Line) -> None:
     if not phase:
         phase = c._step.get(key, "") or _infer_phase(c, torch_alloc, total)
     c._add("cuda_oom", tried, line, text=phase or "unknown")
+    c._oom_line = line.lineno
     c._close_tb = True
+
+
+def _frames_for(c: LogCollector, line: Line) -> list[tuple[str, str]]:
+    """The open traceback frames of ``line``'s process, else the most recent group within 200 lines (frames may
+    sit under another tag: a rank prefix vs none, a Ray / multiprocessing wrapper)."""
+    frames = c._frames.get(line.proc or "main") or []
+    if not frames and c._frames_line:
+        last_key = max(c._frames_line, key=c._frames_line.get)
+        if line.lineno - c._frames_line[last_key] < 200:
+            frames = c._frames.get(last_key, [])
+    return frames
+
+
+def _phase_for(c: LogCollector, line: Line) -> str:
+    """Phase of an OOM on ``line``: the traceback frames (innermost naming frame), else 'Error in model execution'
+    (runtime), a V0 worker method, the last phase marker of that process (a progress bar or start-up line, see
+    :data:`STEP_MARKERS`), 'sampler' in the text; ``""`` when none says. A profile-phase OOM of a multimodal model
+    (architecture, multimodal args or profiling lines) is the encoder's: the profile run feeds the worst-case
+    dummy images / audio through the encoder first (V1 ``gpu_model_runner.profile_run``, V0
+    ``enc_dec_model_runner.profile_run``)."""
+    msg = line.msg
+    key = line.proc or "main"
+    phase = phase_of(_frames_for(c, line))
+    if not phase and "Error in model execution" in msg:
+        phase = "runtime"
+    mm = _WORKER_METHOD.search(msg)
+    if not phase and mm:  # V0 'Exception in worker ... while processing method determine_num_available_blocks'
+        phase = phase_of([("", mm.group(1))])
+    if not phase:
+        phase = c._step.get(key, "") or (c._step.get(c._last_step_key, "") if c._last_step_key else "")
+    if phase == "profile" and (c._segment_signals & {"mm_profile_run", "mm_profile_warning"} or
+                               (c.multimodal and not c._mm_profile_skipped)):
+        phase = "encoder"  # the profile run of a multimodal model runs the encoder on dummy images first
+    if not phase and "sampler" in msg.lower():
+        phase = "sampler"
+    return phase
 
 
 def _infer_phase(c: LogCollector, torch_alloc: float | None, total: float) -> str:
@@ -770,8 +921,9 @@ def _oom_old(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("oom_torch_allocated_bytes", alloc, line)
     c._add("oom_free_bytes", size_bytes(m.group(7), m.group(8)), line)
     key = line.proc or "main"
-    phase = phase_of(c._frames.get(key) or []) or c._step.get(key, "") or _infer_phase(c, alloc, total)
+    phase = _phase_for(c, line) or _infer_phase(c, alloc, total)
     c._add("cuda_oom", size_bytes(m.group(1), m.group(2)), line, text=phase or "unknown")
+    c._oom_line = line.lineno
     c._close_tb = True
 
 
@@ -802,6 +954,33 @@ def _args(c: LogCollector, m: re.Match, line: Line) -> None:
     mm = re.search(r"\benable_prefix_caching['\"]?\s*[=:]\s*(True|False)", msg)
     if mm:
         c._add("enable_prefix_caching", 1.0 if mm.group(1) == "True" else 0.0, line)
+    _identity(c, msg, line)
+
+
+# model identity in the engine config line ('Initializing a V1 LLM engine (v0.10.2) with config: model='Qwen/…',
+# …, quantization=awq, …', v1/engine/core.py; V0 engine/llm_engine.py), the 'non-default args: {'model': …}' dict
+# (entrypoints/utils.py 0.10+) and 'args: Namespace(model=…)' (entrypoints/openai/cli_args 0.4-0.9)
+_MODEL_ARG = re.compile(r"""(?:\bmodel=|['"]model['"]:\s*)(['"])([^'"\s]+)\1""")
+_QUANT_ARG = re.compile(r"""\bquantization(?:=|['"]:\s*)['"]?([\w-]+)""")
+_MM_ARGS = re.compile(r"\b(?:limit_mm_per_prompt|mm_processor_kwargs|mm_encoder_tp_mode|mm_processor_cache_gb|"
+                      r"media_io_kwargs)\b['\"]?\s*[=:]\s*(?!None\b|\{\}|0\b)")
+_ARCH_ARG = re.compile(r"""\barchitectures['"]?\s*[=:]\s*\[['"](\w+)['"]""")
+
+
+def _identity(c: LogCollector, msg: str, line: Line) -> None:
+    """Model name, quantisation, architecture and multimodal args of an engine-config / args line."""
+    mm = _MODEL_ARG.search(msg)
+    if mm:
+        _model_name(c, line, mm.group(2))
+    mm = _QUANT_ARG.search(msg)
+    if mm and mm.group(1) not in ("None", "null"):
+        c._add("quantization", None, line, text=mm.group(1))
+    mm = _ARCH_ARG.search(msg)
+    if mm:
+        c._add("model_architecture", None, line, text=mm.group(1))
+        _set_multimodal(c, line, is_multimodal_architecture(mm.group(1)))
+    if _MM_ARGS.search(msg):
+        _set_multimodal(c, line, True)
 
 
 def _max_len(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -848,7 +1027,8 @@ def _k9(c: LogCollector, m: re.Match, line: Line) -> None:
     '... full model context length N fits in available KV cache memory (K GiB GPU)' (0.16+)."""
     g = m.groupdict()
     c._add("max_model_len", float(g["reduced"] or g["full"]), line)
-    c._add("kv_cache_memory_bytes", float(g["kv"]) * GIB, line)
+    if g["kv"]:  # 0.16-0.24 '(K GiB available for KV cache)' on reduce, nothing on full fit; 0.33 '(K GiB GPU)'
+        c._add("kv_cache_memory_bytes", float(g["kv"]) * GIB, line)
     if g["reduced"]:
         c._add("max_model_len_autofit", float(g["reduced"]), line, text=f"reduced from {g['from']}")
 
@@ -895,6 +1075,7 @@ def _m9_pool(c: LogCollector, m: re.Match, line: Line) -> None:
 def _m10(c: LogCollector, m: re.Match, line: Line) -> None:
     """M10 'init engine (profile, create kv cache, warmup model) took S seconds' (0.6+; 0.24+ '... took S s'):
     start-up finished."""
+    c._step.clear()
     c._add("startup_seconds", float(m.group(1)), line)
 
 
@@ -902,12 +1083,6 @@ def _e0(c: LogCollector, m: re.Match, line: Line) -> None:
     """E0 'EngineCore failed to start.' / 'Engine core initialization failed. See root cause above.' (V1 0.8+):
     a wrapper; the cause is in the EngineCore lines above it."""
     c._add("engine_start_failed", 1, line)
-
-
-def _e5(c: LogCollector, m: re.Match, line: Line) -> None:
-    """E5 'Error in memory profiling. Initial free memory A[ GiB], current free memory B[ GiB].' (all versions):
-    another process released memory while vLLM profiled; not a KV problem."""
-    c._add("memory_profiling_error", 1, line)
 
 
 def _failing_request(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -941,10 +1116,199 @@ def _stats_disabled(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("stats_logging_disabled", 1, line)
 
 
+# ---- issue 12: vLLM's own start-up checks in every version, CUDA runtime errors, phase markers, model identity ----
+def _e4_budget(c: LogCollector, m: re.Match, line: Line) -> None:
+    """E4 and its 0.33 variants (``v1/worker/gpu_worker.py`` @ 0.9-0.11, ``v1/worker/utils.py`` @ 0.16-0.33,
+    ValueError): 'Free memory on device [D ](F/T GiB) on startup is less than desired GPU memory utilization (U, R
+    GiB).' / '... is less than the engine's budget after excluding external process's weights (U, R GiB).' (0.33) /
+    'Externally held weights on device D (W/T GiB) exceed the desired GPU memory utilization (U, R GiB).' (0.33):
+    other processes hold the memory vLLM planned to use."""
+    g = m.groupdict()
+    c._add("free_memory_below_request", 1, line, text="external_weights" if g.get("ext") else "free_below_budget")
+    if g.get("free"):
+        c._add("gpu_free_at_startup_bytes", float(g["free"]) * GIB, line)
+    c._add("gpu_total_bytes", float(g["total"]) * GIB, line)
+    if g.get("util"):
+        c._add("gpu_memory_utilization", float(g["util"]), line)
+        c._add("gpu_budget_bytes", float(g["req"]) * GIB, line)
+
+
+def _e5_any(c: LogCollector, m: re.Match, line: Line) -> None:
+    """E5 in every wording (AssertionError): 'Error in memory profiling. Initial free memory A[ GiB], current free
+    memory B[ GiB]. ...' (``worker/worker.py`` 0.4-0.6, ``v1/worker/gpu_worker.py`` 0.7-0.33), '... Initial used
+    memory A, currently used memory B. ...' (``worker/worker.py`` @ 0.8.5), '... This happens when the GPU memory
+    was not properly cleaned up ...' (no numbers, ``worker/worker.py`` @ 0.6.6); and the 0.33 WARNING 'Free memory
+    grew by G GiB during profiling (initial I GiB, current C GiB).' (``v1/worker/gpu_worker.py`` @ 0.33.0): another
+    process released memory while vLLM profiled — not a KV problem."""
+    c._add("memory_profiling_error", 1, line, text="free_memory_grew" if m.group(0).startswith("Free") else "assert")
+
+
+def _blocks_exhausted(c: LogCollector, m: re.Match, line: Line) -> None:
+    """V0 runtime 'Out of memory! No free blocks are available.' (``core/block_manager_v1.py``, ValueError, 0.4-0.6)
+    / 'No usable cache memory left' (``core/evictor*.py``, ValueError, 0.4-0.10): the block manager had no block."""
+    c._add("kv_blocks_exhausted", 1, line, text=m.group(0))
+
+
+def _long_context(c: LogCollector, m: re.Match, line: Line) -> None:
+    """WARNING 'The model has a long context length (L). This may cause OOM during the initial memory profiling phase,
+    or result in low performance due to small KV cache size. Consider setting --max-model-len to a smaller value.'
+    (``engine/arg_utils.py`` 0.6-0.8, printed 'causeOOM' in 0.8.5): L is the max_model_len in use."""
+    c._add("max_model_len", float(m.group(1)), line)
+
+
+# a traceback's source line ('    except torch.OutOfMemoryError as e:'), never an exception line
+_SOURCE_LINE = re.compile(r"^\s*(?:except|raise|if|elif|return|assert|with|for|while|try|def|class|catch)\b")
+_CUDA_ERR_TAIL = re.compile(r"\s*(?:CUDA kernel errors|For debugging|Compile with|Search for|\\n|['\"]|$).*")
+_OOM_ANY_SIZE = re.compile(r"Tried to allocate ([\d.]+) ?(GiB|MiB|KiB|bytes|GB|MB)")
+
+
+def _oom_other_form(c: LogCollector, m: re.Match, line: Line) -> None:
+    """An OOM in a form other than PyTorch's full allocator text (which ``oom``/``oom_old`` read): the CUDA runtime's
+    'CUDA error: out of memory' (c10 ``C10_CUDA_CHECK``, often wrapped in ``RuntimeError: Worker failed with error
+    '...'`` (V1 ``v1/executor/multiproc_executor.py``), a Ray ``RayTaskError(...)`` or a V0 multiprocessing worker
+    exception), ``CUBLAS_STATUS_ALLOC_FAILED``, ``cudaErrorMemoryAllocation``, or an exception line cut before its
+    numbers ('torch.OutOfMemoryError: Error in model executi…', 'CUDA out of memory. Tried to allocate 2.00 GiB. GPU
+    0 has a tot…'). Value = bytes tried when printed (else unknown); the phase comes from the frames and markers
+    (:func:`_phase_for`). One OOM per line: a line another OOM event read is skipped."""
+    if c._oom_line == line.lineno or "occurred when warming up" in line.msg or _SOURCE_LINE.match(line.msg):
+        return  # read by oom / oom_old, or E6 (sampler / pooler warm-up, its own event), or a traceback source line
+    mm = _OOM_ANY_SIZE.search(line.msg)
+    tried = size_bytes(mm.group(1), mm.group(2)) if mm else None
+    phase = _phase_for(c, line)
+    c._add("cuda_oom", tried, line, text=phase or "unknown")
+    c._oom_line = line.lineno
+    c._close_tb = True
+
+
+def _cuda_error(c: LogCollector, m: re.Match, line: Line) -> None:
+    """A CUDA runtime / cuBLAS / NCCL error that is not a memory problem: 'CUDA error: an illegal memory access was
+    encountered', '... device-side assert triggered', '... operation not permitted when stream is capturing'
+    (cudaErrorStreamCaptureUnsupported), '... misaligned address', '... no kernel image is available ...',
+    'CUBLAS_STATUS_EXECUTION_FAILED', 'NCCL error: unhandled cuda error' (torch's c10 / ProcessGroupNCCL texts, any
+    vLLM version). 'CUDA error: out of memory' and CUBLAS_STATUS_ALLOC_FAILED are OOMs (:func:`_oom_other_form`)."""
+    if c._oom_line == line.lineno or _SOURCE_LINE.match(line.msg):
+        return
+    err = m.group(0)
+    if err.startswith("CUDA error: "):
+        err = _CUDA_ERR_TAIL.sub("", err)
+        if "out of memory" in err:
+            return
+    if c._cuda_error_line == line.lineno:
+        return
+    c._cuda_error_line = line.lineno
+    c._add("cuda_error", 1, line, text=err[:120])
+    c._close_tb = True
+
+
+# architectures that end in ForConditionalGeneration but take only text (vllm/model_executor/models/registry.py)
+_TEXT_SEQ2SEQ = re.compile(r"^(?:M?Bart|T5|MT5|Marian|Pegasus|Mistral3Text)ForConditionalGeneration$")
+_MM_ARCH = re.compile(r"VL|Vision|Llava|LLaVA|Omni|Audio|Whisper|Pixtral|Idefics|Mllama|InternVL|InternS1|MiniCPM[VO]|"
+                      r"Phi3V|Phi4MM|Phi4Multimodal|Molmo|PaliGemma|Chameleon|Fuyu|Blip|Aria|Ultravox|Florence|"
+                      r"Voxtral|Granite(?:Speech|Vision)|Kimi(?:VL|K25)|NVLM|H2OVL|Ovis|Skywork|Deepseek(?:VL|OCR)|"
+                      r"Emu3|Step3VL|Glm4v|GLM4V|Keye|Tarsier|Aya(?:Vision)|SmolVLM|Lfm2Vl|Gemma3n?ForConditional")
+
+
+@functools.lru_cache(maxsize=1)
+def _architectures() -> dict[str, bool]:
+    """``architectures.tsv``: every architecture of vLLM's model registry 0.4-0.33 → multimodal or not."""
+    out = {}
+    for row in (Path(__file__).with_name("architectures.tsv")).read_text().splitlines():
+        if row and not row.startswith("#"):
+            name, kind = row.split("\t")
+            out[name] = kind == "multimodal"
+    return out
+
+
+def is_multimodal_architecture(arch: str) -> bool:
+    """Does vLLM architecture ``arch`` take images / audio / video?
+
+    Looked up in ``architectures.tsv`` (the keys of ``_MULTIMODAL_MODELS`` vs the text tables of
+    ``vllm/model_executor/models/registry.py`` in the wheels 0.4-0.33); a name not listed there (a newer or
+    out-of-tree model) is multimodal when it has a vision or audio marker (``VL``, ``Vision``, ``Llava``, ``Audio``,
+    ``Omni``, ...) or ends in ``ForConditionalGeneration`` (the suffix vLLM's registry files its multimodal models
+    under), except the text-only encoder-decoders (Bart, T5, ...)."""
+    known = _architectures().get(arch)
+    if known is not None:
+        return known
+    if _TEXT_SEQ2SEQ.match(arch):
+        return False
+    return bool(_MM_ARCH.search(arch)) or arch.endswith("ForConditionalGeneration")
+
+
+# multimodal checkpoints by name (Hugging Face ids: Qwen2.5-VL-7B, Llama-3.2-11B-Vision, llava-1.5, Phi-3.5-vision,
+# gemma-3n, Qwen2-Audio, Qwen2.5-Omni, pixtral, InternVL, MiniCPM-V/-o, idefics, molmo, paligemma, ...)
+_MM_NAME = re.compile(r"(?i)(?:^|[-_./])(?:vl|vlm|vision|llava[\w.-]*|omni|audio|pixtral[\w.-]*|internvl[\w.-]*|"
+                      r"minicpm-?[vo][\w.-]*|idefics\d*|molmo[\w.-]*|paligemma[\w.-]*|ultravox[\w.-]*|"
+                      r"voxtral[\w.-]*|smolvlm[\w.-]*|qwen\d(?:\.\d)?-?vl[\w.-]*)(?=$|[-_./\d])")
+
+
+def _model_name(c: LogCollector, line: Line, name: str) -> None:
+    c._add("model_name", None, line, text=name)
+    if _MM_NAME.search(name):
+        _set_multimodal(c, line, True)
+
+
+def _set_multimodal(c: LogCollector, line: Line, value: bool) -> None:
+    if value and not c.multimodal:
+        c.multimodal = True
+        c._add("model_multimodal", 1.0, line)
+    elif not value and not c._mm_said:
+        c._add("model_multimodal", 0.0, line)
+    c._mm_said = True
+
+
+def _architecture(c: LogCollector, m: re.Match, line: Line) -> None:
+    """'Resolved architecture: X' (``config/__init__.py`` 0.10, ``config/model.py`` 0.11-0.33, INFO) and
+    'architectures=[...]' / 'Architectures: [...]' forms: the model's architecture, multimodal or not."""
+    arch = m.group(1)
+    c._add("model_architecture", None, line, text=arch)
+    _set_multimodal(c, line, is_multimodal_architecture(arch))
+
+
+def _encoder_budget(c: LogCollector, m: re.Match, line: Line) -> None:
+    """V1 'Encoder cache will be initialized with a budget of N tokens, and profiled with K image items of the
+    maximum feature size.' (``v1/worker/gpu_model_runner.py`` ``profile_run`` 0.8-0.33, INFO): a multimodal model
+    whose encoder is being profiled now — a profile OOM right after is the encoder's."""
+    _set_multimodal(c, line, True)
+    _set_step(c, line, "profile")
+
+
+def _mm_skip(c: LogCollector, m: re.Match, line: Line) -> None:
+    """'Skipping memory profiling for multimodal encoder and encoder cache.' (V1 0.9-0.33): a multimodal model whose
+    encoder is *not* profiled, so a profile OOM is not the encoder's."""
+    c._mm_profile_skipped = True
+
+
+def _set_step(c: LogCollector, line: Line, phase: str) -> None:
+    key = line.proc or "main"
+    if phase:
+        c._step[key] = phase
+        c._last_step_key = key
+    else:
+        c._step.pop(key, None)
+
+
+def _step_load(c: LogCollector, m: re.Match, line: Line) -> None:
+    """Weight loading began: 'Starting to load model M...' (``worker/model_runner.py`` 0.6-0.10,
+    ``v1/worker/gpu_model_runner.py`` 0.6.6-0.33) or a checkpoint progress bar ('Loading safetensors checkpoint
+    shards: 40% …', 'Loading pt checkpoint shards', 'Multi-thread loading shards', ``model_executor/model_loader/
+    weight_utils.py`` 0.4-0.33). An OOM before the weights-loaded line is a loading OOM."""
+    _set_step(c, line, "load")
+    if m.group(1):
+        _model_name(c, line, m.group(1))
+
+
+def _step_clear(c: LogCollector, m: re.Match, line: Line) -> None:
+    """A step finished: 'Graph capturing finished in S secs' (K12 0.4-0.5 form without a size) — the phase marker
+    set by the capture progress no longer applies."""
+    _set_step(c, line, "")
+
+
 _SZ = r"([\d.]+) (GiB|MiB|KiB|bytes|GB|MB)"
 
 EVENTS: list[tuple[str, re.Pattern, Callable]] = [
-    ("stats", re.compile(r"Avg prompt throughput: [\d.]+ tokens/s|Iteration\(\d+\):.*KV cache usage"), _stats),
+    ("stats", re.compile(r"Avg prompt throughput: [\d.]+ tokens/s|Iteration\(\d+\):.*KV cache usage|"
+                         r"Throughput: [\d.]+ tokens/s, Running: \d+ reqs"), _stats),
     ("v0_prefix_hit_rate", re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%"), _v0_prefix_rate),
     ("preemption", re.compile(r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache "
                               r"space.*total_num_cumulative_preemption=(\d+)"), _preempt),
@@ -959,8 +1323,12 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("M3", re.compile(r"Available KV cache memory: (-?[\d.]+) GiB"), _m3),
     ("M6", re.compile(r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\. Desired "
                       r"GPU memory utilization is \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)\. Actual usage"), _m6),
-    ("E4", re.compile(r"Free memory on device (?:\S+ )?\(([\d.]+)/([\d.]+) GiB\) on startup is less than desired"),
-     _e4),
+    ("E4", re.compile(r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less "
+                      r"than (?:desired GPU memory utilization|the engine's budget after excluding external process's "
+                      r"weights)(?: \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\))?"), _e4_budget),
+    ("E4_external", re.compile(r"Externally held weights on device (?:\S+ )?\((?P<ext>[\d.]+)/(?P<total>[\d.]+) GiB\) "
+                               r"exceed the desired GPU memory utilization(?: \((?P<util>[\d.]+), (?P<req>[\d.]+) "
+                               r"GiB\))?"), _e4_budget),
     ("K1", re.compile(r"(?:#\s*)?(?:GPU|cuda|\w+) blocks: (\d+)(?:, # CPU blocks: (\d+))?"), _blocks),
     ("K4", re.compile(r"KV cache size: ([\d,]+) tokens"), _k4),
     ("K5", re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"), _k5),
@@ -994,7 +1362,8 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("max_len", re.compile(r"Using max model len (\d+)"), _max_len),
     ("K7", re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"), _k7),
     ("K9", re.compile(r"Auto-fit max_model_len: (?:reduced from (?P<from>\d+) to (?P<reduced>\d+)|full model context "
-                      r"length (?P<full>\d+) fits) (?:to fit )?in available KV cache memory \((?P<kv>[\d.]+) GiB"), _k9),
+                      r"length (?P<full>\d+) fits) (?:to fit )?in available (?:KV cache|GPU) memory(?: \((?P<kv>[\d.]+) "
+                      r"GiB)?"), _k9),
     ("K13", re.compile(r"Capturing (?:the model for CUDA graphs|cudagraphs for decoding|CUDA graphs? )"), _k13),
     ("M4", re.compile(r"Memory profiling takes [\d.]+ seconds\. Total non KV cache memory"), _m4),
     ("M5", re.compile(r"Initial free memory: ([\d.]+) GiB; Requested memory: ([\d.]+) \(util\), ([\d.]+) GiB"), _m5),
@@ -1003,7 +1372,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
      _m9_pool),
     ("M10", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"), _m10),
     ("E0", re.compile(r"EngineCore failed to start|Engine core initialization failed"), _e0),
-    ("E5", re.compile(r"Error in memory profiling\. Initial free memory"), _e5),
+    ("E5", re.compile(r"Error in memory profiling\.|Free memory grew by [\d.]+ GiB during profiling"), _e5_any),
     ("failing_request", re.compile(r"Failing the request \S+ because there's not enough kv cache blocks"),
      _failing_request),
     ("prompt_too_long", re.compile(r"Input prompt \((\d+) tokens\)(?: \+ lookahead slots \(\d+\))? is too long and "
@@ -1011,6 +1380,22 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("worker_method", _WORKER_METHOD, _worker_method),
     ("context_limit", re.compile(r"This model's maximum context length is (\d+) tokens"), _context_limit),
     ("stats_disabled", re.compile(r"api_server_count more than 1; disabling stats logging"), _stats_disabled),
+    ("kv_blocks_exhausted", re.compile(r"Out of memory! No free blocks are available|No usable cache memory left"),
+     _blocks_exhausted),
+    ("long_context", re.compile(r"The model has a long context length \((\d+)\)\. This may ?cause ?OOM"), _long_context),
+    ("oom_other_form", re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
+                                  r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|HIP out of memory"),
+     _oom_other_form),
+    ("cuda_error", re.compile(r"CUDA error: [A-Za-z][\w ,.()/-]*|CUBLAS_STATUS_(?!ALLOC_FAILED)[A-Z_]+|"
+                              r"NCCL error[:\w ,.()/-]*|nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidUsage|"
+                              r"RemoteError)|cudaErrorStreamCaptureUnsupported"), _cuda_error),
+    ("architecture", re.compile(r"Resolved architecture: (\w+)"), _architecture),
+    ("encoder_budget", re.compile(r"Encoder cache will be initialized with a budget of \d+ tokens, and profiled with"),
+     _encoder_budget),
+    ("mm_profile_skip", re.compile(r"Skipping memory profiling for multimodal encoder"), _mm_skip),
+    ("step_load", re.compile(r"Starting to load model (\S+?)(?:\.\.\.|$)|Loading (?:safetensors|pt|np_cache) "
+                             r"checkpoint shards()|Multi-thread loading shards()"), _step_load),
+    ("K12_nosize", re.compile(r"Graph capturing finished in \d+ secs\.?$"), _step_clear),
     # measurements an operator reported next to the log (incident write-ups), not vLLM lines
     ("measure_pool", re.compile(r"\bpool: ([\d,]+) tokens\b(?:.*?/ ([\d,]+) GPU blocks)?"), _measure_pool),
     ("measure_request", re.compile(r"\b((?i:one|two|three|four|single|a)|\d+) ~?([\d,.]+)(k?)-token requests?\b"),
@@ -1021,7 +1406,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
 
 # The vLLM versions each event's line was seen in (reference §2, read versions; "all" = 0.4 - 0.33).
 EVENT_VERSIONS: dict[str, str] = {
-    "stats": "V0 0.4-0.10 ('Pending', 'Swapped', 'CPU KV cache usage'); V1 0.7 (no prefix), 0.8-0.33 'Engine NNN:' "
+    "stats": "V0 0.1 'Throughput: X tokens/s, Running: ...' (core/scheduler.py), V0 0.4-0.10 ('Pending', 'Swapped', 'CPU KV cache usage'); V1 0.7 (no prefix), 0.8-0.33 'Engine NNN:' "
              "prefix, 'Preemptions' 0.16+, 'Deferred' 0.24+, '{DEV} KV cache usage' and 'Iteration(N):' 0.33",
     "v0_prefix_hit_rate": "V0 0.5-0.10",
     "preemption": "V0 0.4-0.10 (every 50th preemption)",
@@ -1036,16 +1421,27 @@ EVENT_VERSIONS: dict[str, str] = {
     "M7": "V1 0.11+ (with --kv-cache-memory)",
     "M9": "0.24+", "M9_pool": "0.24+",
     "M10": "0.6+ ('seconds'; 0.24+ 's')",
-    "E4": "V1 0.9+ ('on device {device}' 0.16+)",
+    "E4": "V1 0.9+ ('on device {device}' 0.16+; 0.33 'the engine's budget after excluding external process's "
+          "weights')",
+    "E4_external": "0.33 (v1/worker/utils.py)",
+    "kv_blocks_exhausted": "V0 0.4-0.10 (core/block_manager_v1.py, core/evictor*.py)",
+    "long_context": "0.6-0.8 (engine/arg_utils.py)",
+    "oom_other_form": "all (CUDA runtime / cuBLAS texts from torch; a cut PyTorch OOM line)",
+    "cuda_error": "all (torch c10 CUDA / cuBLAS / NCCL texts)",
+    "architecture": "0.10+ (config/__init__.py 0.10, config/model.py 0.11+)",
+    "encoder_budget": "V1 0.8+ (v1/worker/gpu_model_runner.py profile_run)",
+    "mm_profile_skip": "V1 0.9+",
+    "step_load": "'Starting to load model' 0.6+; checkpoint-shard progress bars 0.4+",
+    "K12_nosize": "0.4-0.5",
     "K1": "V0 0.4-0.6 K1 '# GPU blocks', V0 0.7-0.10 K2 '# cuda blocks', V1 0.6.6-0.7 K3",
     "K4": "V1 0.8-0.24 (K4); 0.33 merged K6 '... tokens, Maximum concurrency ...'",
     "K5": "V0 0.6-0.10, V1 0.7-0.24 (K5); 0.33 merged K6",
-    "K7": "V1 0.7+", "K9": "0.16+", "K10": "0.10+", "K11": "0.9+",
+    "K7": "V1 0.7+", "K9": "0.16+ ('in available GPU memory' 0.16-0.24, 'KV cache memory' 0.33)", "K10": "0.10+", "K11": "0.9+",
     "K12": "0.6+ ('took G GiB'; 0.4-0.5 print no size)",
     "K13": "V0 0.4-0.10; V1 capture progress",
     "E0": "V1 0.8+", "E1": "all", "E2a": "V0 0.4-0.10, V1 0.6.6",
     "E2bcd": "V1 0.7 ('GB', \"models's\"), 0.8-0.16 (GiB), 0.24+ (\"model's\")",
-    "E3": "0.16+", "E5": "all", "E6": "V1 0.8+ (pooler variant 0.10+)",
+    "E3": "0.16+", "E5": "all ('Initial used memory' V0 0.8; 'Free memory grew by' 0.33 WARNING)", "E6": "V1 0.8+ (pooler variant 0.10+)",
     "mamba_blocks": "2026 releases after vLLM PR 38270",
     "W4": "0.16+",
     "traceback": "all",
@@ -1155,8 +1551,9 @@ def _events_for(msg: str) -> list[tuple]:
 
 
 def event_needles() -> list[str]:
-    """Every needle of the EVENTS registry plus :data:`EXTRA_NEEDLES` (the fast path's search set)."""
-    return sorted({n for e in _EVENTS_COMPILED for n in e[3]} | set(EXTRA_NEEDLES))
+    """Every needle of the EVENTS registry plus :data:`EXTRA_NEEDLES` and :data:`TROUBLE_NEEDLES` (the fast path's
+    search set: a line with trouble wording is decoded even when no event names it, to be listed if none matches)."""
+    return sorted({n for e in _EVENTS_COMPILED for n in e[3]} | set(EXTRA_NEEDLES) | set(TROUBLE_NEEDLES))
 
 
 _RANGE = re.compile(r"\((\d+\.\d+)(?:-(\d+\.\d+)|\+)\)")

@@ -380,11 +380,20 @@ def unexplained_failures(bundle: Bundle) -> list[str]:
     for sig, label in (("cuda_oom", "CUDA out of memory"), ("sampler_warmup_oom", "OOM warming up the sampler"),
                        ("free_memory_below_request", "free GPU memory below the requested budget at start"),
                        ("kv_capacity_error", "KV-capacity start-up error"),
-                       ("weights_load_failed", "weights failed to load")):
+                       ("weights_load_failed", "weights failed to load"),
+                       ("kv_blocks_exhausted", "the V0 block manager ran out of free KV blocks"),
+                       ("memory_profiling_error", "memory profiling error (free GPU memory changed while vLLM profiled: "
+                                                  "another process released memory; not a KV problem)"),
+                       ("cuda_error", "CUDA error, not a memory problem")):
         rows = bundle.signal(sig)
         for _, r in rows.iterrows():
             phase = f" during {r['text']}" if sig == "cuda_oom" and r["text"] else ""
-            out.append(f"{label}{phase} ({r['source']})")
+            what = f": {r['text']}" if sig == "cuda_error" and r["text"] else ""
+            out.append(f"{label}{phase}{what} ({r['source']})")
+    # lines that look like memory trouble but no event understood (the log collector lists them in its notes)
+    for _, r in bundle.signal("unrecognised_memory_line").iterrows():
+        out.append(f"{r['value']:,.0f} memory-related line(s) kvdiag does not understand, the first: "
+                   f"'{r['text']}' ({r['source']})")
     return out
 
 
