@@ -426,6 +426,10 @@ def _sizing(bundle: Bundle) -> None:
     fp8 = _last(bundle, "kv_capacity_tokens_fp8")
     demand, fit = _last(bundle, "kv_demand_tokens"), _last(bundle, "kv_fit_requests")
     ratio = None  # demand / one pool, and where both came from
+    if fit and fit[0] < 1:  # a mean request larger than the pool: no max_num_seqs (nor replica count) from it
+        bundle.skipped_derived.append(f"max_num_seqs_fit not taken from the demand estimate: the mean request "
+                                      f"does not fit the pool once ({fit[1]})")
+        fit = None
     if demand and fit and pool and pool[0] > 0:
         basis = "demand estimate from the length histograms"
         bundle.add("max_num_seqs_fit", fit[0], f"derived: = kv_fit_requests ({fit[1]})", text=basis)
