@@ -546,8 +546,31 @@ estimate.epilog = ESTIMATE_CODES
 cli.add_command(estimate)
 
 
+def _terminated(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI and map every outcome to an exit code (the only place that does)."""
+    """Entry point: run the CLI and map every outcome to an exit code (the only place that does).
+
+    SIGTERM (``kill``, systemd, Kubernetes) is handled as Ctrl-C is, for every command and at every moment, not
+    only during a live window: ``kvdiag: interrupted`` and 130, ``record`` writes what it recorded first, and
+    ``--output`` / ``--state`` files are left whole (their temporary file removed) instead of the process
+    dying at once with 143. The previous handler is restored on return.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    old = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
+
+
+def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     verb = next((a for a in args if not a.startswith("-")), "")
@@ -603,9 +626,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """The console-script entry point of earlier installs (``kvdiag.cli:entry``): see :func:`kvdiag.__main__.entry`."""
+    from .__main__ import entry as run
 
-
-if __name__ == "__main__":
-    entry()
+    run()

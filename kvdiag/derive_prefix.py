@@ -38,6 +38,10 @@ MIN_FOOTPRINT_USAGE = 0.25
 """kv_cache_usage at or above this at the peak before running / usage is read as the requests a full pool holds."""
 MIN_SHARE = 0.10
 """Each side of the load split needs at least this share of the window's prefix-cache queries."""
+MAX_PLAIN_REPLICAS = 10
+"""Above this many pools' worth of peak demand, ``replicas_needed`` says the number is more likely a backlog (a
+batch submitted at once, clients retrying) than a load to provision for: a queue of a million requests is not a
+million-replica fleet."""
 
 
 def counter_deltas(values: np.ndarray) -> np.ndarray:
@@ -422,6 +426,10 @@ def _sizing(bundle: Bundle) -> None:
     fp8 = _last(bundle, "kv_capacity_tokens_fp8")
     demand, fit = _last(bundle, "kv_demand_tokens"), _last(bundle, "kv_fit_requests")
     ratio = None  # demand / one pool, and where both came from
+    if fit and fit[0] < 1:  # a mean request larger than the pool: no max_num_seqs (nor replica count) from it
+        bundle.skipped_derived.append(f"max_num_seqs_fit not taken from the demand estimate: the mean request "
+                                      f"does not fit the pool once ({fit[1]})")
+        fit = None
     if demand and fit and pool and pool[0] > 0:
         basis = "demand estimate from the length histograms"
         bundle.add("max_num_seqs_fit", fit[0], f"derived: = kv_fit_requests ({fit[1]})", text=basis)
@@ -454,7 +462,11 @@ def _sizing(bundle: Bundle) -> None:
     if ratio is None or ratio[0] <= 1 + 1e-9:
         return  # one pool holds the peak: no replica to add
     n = replicas_needed(ratio[0], 1.0)
-    bundle.add("replicas_needed", n, f"derived: {ratio[1]} = {ratio[0]:.2f}, rounded up", text=ratio[2])
+    basis = ratio[2]
+    if n > MAX_PLAIN_REPLICAS:
+        basis += (f"; {ratio[0]:,.0f}x one pool is more likely a backlog (a batch submitted at once, clients "
+                  "retrying) than a load to provision for: check the arrival rate before adding that many")
+    bundle.add("replicas_needed", n, f"derived: {ratio[1]} = {ratio[0]:,.2f}, rounded up", text=basis)
     if fp8 and pool and pool[0] > 0 and fp8[0] > pool[0]:
         bundle.add("replicas_needed_fp8", replicas_needed(ratio[0] * pool[0], fp8[0]),
                    f"derived: {ratio[0]:.2f} pools × {pool[0]:,.0f} tokens / fp8 pool {fp8[0]:,.0f} tokens ({fp8[1]}), "

@@ -229,6 +229,29 @@ def test_safe_url_strips_userinfo_and_secret_parameters():
     assert shown == "https://host:9090/metrics?token=***&job=vllm&api_key=***&sig=***"
 
 
+@pytest.mark.parametrize("url, shown", [
+    # urlsplit refuses these (an unclosed IPv6 bracket): the secrets were shown as typed
+    ("http://admin:SECRETPW@[127.0.0.1/metrics?sig=SECRETS&token=SECRETT", "http://[127.0.0.1/metrics?sig=***&token=***"),
+    ("http://[::1/metrics?session=SECRETS&pwd=SECRETP", "http://[::1/metrics?session=***&pwd=***"),
+    # no scheme: urlsplit reads 'admin' as the scheme and the password as the path
+    ("admin:SECRETPW@127.0.0.1:9090/metrics?key=SECRETK", "127.0.0.1:9090/metrics?key=***"),
+    ("//admin:SECRETPW@h/metrics", "//h/metrics"),
+    # ';' separates parameters for many servers
+    ("http://h/metrics?job=vllm;api_key=SECRETK", "http://h/metrics?job=vllm;api_key=***"),
+])
+def test_safe_url_hides_secrets_of_urls_that_do_not_parse(url, shown):
+    assert safe_url(url) == shown
+
+
+def test_secrets_of_a_url_without_scheme_never_reach_the_output(kvdiag):
+    """A forgotten 'http://' made the password part of the error line (stdout for check: the monitoring's log)."""
+    for verb in ("analyze", "check"):
+        res = kvdiag(verb, "--metrics-url", "admin:SECRETPW@127.0.0.1:9/metrics?token=SECRETQ", "--duration", "1s")
+        assert res.code == 3, res.err
+        assert "127.0.0.1:9/metrics?token=***" in res.out + res.err
+        assert "SECRET" not in res.out + res.err
+
+
 def test_url_credentials_never_reach_the_report(kvdiag, server):
     base, seen = server()
     host = urlsplit(base).netloc

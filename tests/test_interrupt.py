@@ -260,3 +260,68 @@ def test_several_servers_cut_short_each_judged_on_its_scrapes():
     (note,) = [n for n in report["notes"] if "cut short" in n]
     m = re.fullmatch(CUT, note)
     assert m and int(m.group(3)) == sum(i["records"] for i in report["inputs"]) >= 6, (note, report["inputs"])
+
+
+# --- outside a live window: SIGTERM is Ctrl-C too, and a Ctrl-C while the CLI loads is no traceback ---------------
+def _reading_stdin(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Feed one log line on ``proc``'s stdin and wait until kvdiag has read it from the pipe (``FIONREAD`` of the
+    pipe falls to 0): the CLI is loaded and ``--log -`` is being read, waiting for more."""
+    import fcntl
+    import struct
+    import termios
+
+    proc.stdin.write("(APIServer pid=1) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt throughput: "
+                     "0.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 18 reqs, Waiting: 43 reqs, "
+                     "GPU KV cache usage: 95.9%, Prefix cache hit rate: 0.0%\n")
+    proc.stdin.flush()
+    end = time.monotonic() + timeout
+    while struct.unpack("i", fcntl.ioctl(proc.stdin.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]:
+        assert time.monotonic() < end and proc.poll() is None, "kvdiag never read its stdin"
+        time.sleep(0.05)
+    time.sleep(0.2)
+
+
+@pytest.mark.parametrize("verb", ["analyze", "check"])
+def test_sigterm_while_reading_a_log_is_130_not_a_kill(verb):
+    """Before, only the live window handled SIGTERM: elsewhere the process died of it at once (143, nothing said),
+    although --help promises 130 for SIGTERM before anything was judged."""
+    proc = subprocess.Popen([sys.executable, "-m", "kvdiag", verb, "--log", "-"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        _reading_stdin(proc)
+        proc.send_signal(signal.SIGTERM)
+        code, out, err, took = finish(proc)
+    finally:
+        proc.stdin.close()
+    assert code == 130, (code, out, err)
+    assert took < 5 and err.strip().endswith("kvdiag: interrupted") and "Traceback" not in err, err
+
+
+def test_sigterm_during_record_writes_what_was_recorded(tmp_path):
+    """'record' promises the scrapes so far are written on an interrupt; a SIGTERM (systemd, Kubernetes) lost them."""
+    out_file = tmp_path / "rec.om"
+    with Scripted(usage=[0.5, 0.6, 0.7]) as srv:
+        proc = start("record", "--metrics-url", srv.url, "--duration", "60s", "--interval", "200ms",
+                     "--out", str(out_file), "--no-progress")
+        srv.wait_hits(3)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        code, out, err, took = finish(proc)
+    assert code == 130 and took < 5, (code, err)
+    text = out_file.read_text()
+    assert text.startswith("# ") and text.endswith("# EOF\n") and "kv_cache_usage_perc" in text, text[-200:]
+
+
+def test_ctrl_c_while_the_cli_is_still_loading_is_130_without_a_traceback():
+    """A Ctrl-C in the first ~0.2 s (while click and the rules engine are imported) printed a traceback: the
+    KeyboardInterrupt is raised here exactly where a real one lands, inside the import of click."""
+    code = ("import runpy, sys\n"
+            "class Interrupt:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'click':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "sys.argv = ['kvdiag', 'analyze', '--log', 'x.log']\n"
+            "runpy.run_module('kvdiag', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "kvdiag: interrupted\n")

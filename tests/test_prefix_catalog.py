@@ -484,3 +484,15 @@ def test_every_number_from_pages_names_its_metric_and_the_report_fits_the_schema
             assert "metric:vllm:" in e["source"] and f"{run}/metrics/" in e["source"], (f["rule_id"], e)
             n += 1
     assert n >= 20
+
+
+def test_sizing_never_caps_max_num_seqs_at_zero():
+    """Mean prompt 100,000 tokens, pool 56,160: kv_fit_requests is 0, and the remedy said 'cap max_num_seqs at 0 per
+    replica'. The observed peak sizes it instead (1 running held 100 % of the pool), and a note says why."""
+    b = _sizing_bundle([0.99, 1.0], [1, 1], [30, 40], kv_capacity_tokens=56_160,
+                       request_prompt_tokens_mean=100_000, request_generation_tokens_mean=2_000)
+    assert _value(b, "kv_fit_requests") == 0                   # what the histograms say, kept as evidence
+    assert _value(b, "max_num_seqs_fit") == 1                  # floor(1 / 1.0), never 0
+    assert b.signal("max_num_seqs_fit")["text"].iloc[-1] == "observed peak: 1 running held 100.0% of the pool"
+    assert _value(b, "replicas_needed") == 41                  # 41 requests / 1 per pool
+    assert any("does not fit the pool once" in n for n in b.skipped_derived), b.skipped_derived

@@ -79,3 +79,30 @@ def test_every_remedy_gives_a_number_or_says_why_not(name, args, kvdiag):
     fired = [f for f in report["findings"] if f["status"] == "fires"]
     bad = [(f["rule_id"], r) for f in fired for r in f["remedy"] if not (gives_a_number(r) or names_why_not(r))]
     assert not bad, "\n".join(f"{rid}: {r}" for rid, r in bad)
+
+
+def _stats_log(tmp_path, rows) -> str:
+    """A vLLM V1 log of stats lines, one per ``(running, waiting, usage %)``."""
+    path = tmp_path / "stats.log"
+    path.write_text("".join(
+        f"(APIServer pid=3646) INFO 05-19 10:13:{11 + 10 * i} [loggers.py:271] Engine 000: Avg prompt throughput: "
+        f"0.0 tokens/s, Avg generation throughput: 1055.3 tokens/s, Running: {r} reqs, Waiting: {w} reqs, GPU KV "
+        f"cache usage: {u}%, Prefix cache hit rate: 0.0%\n" for i, (r, w, u) in enumerate(rows)))
+    return str(path)
+
+
+def _cap_remedies(kvdiag, log) -> list[str]:
+    res = kvdiag("analyze", "--log", log, "--format", "json")
+    assert res.code == 2, res.err
+    return next(f for f in res.json()["findings"] if f["rule_id"] == "CAP001")["remedy"]
+
+
+def test_a_huge_queue_is_not_a_fleet_of_replicas_without_a_caveat(kvdiag, tmp_path):
+    """A waiting queue of 10^9 asked for 47,571,430 replicas as plainly as 029's 4: above 10 pools' worth the remedy
+    says the number is more likely a backlog than a load to provision for."""
+    huge = _cap_remedies(kvdiag, _stats_log(tmp_path, [(20, 10**9, 99.0), (21, 10**9, 99.9)]))
+    add = next(r for r in huge if r.startswith("Add replicas"))
+    assert "47571430 in all" in add and "more likely a backlog" in add and "check the arrival rate" in add, add
+    plain = _cap_remedies(kvdiag, _stats_log(tmp_path, [(9, 56, 94.2), (20, 23, 98.4)]))   # 029-like: 4 replicas
+    add = next(r for r in plain if r.startswith("Add replicas"))
+    assert "4 in all" in add and "backlog" not in add, add

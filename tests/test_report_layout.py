@@ -104,6 +104,35 @@ def test_empty_no_colour_keeps_colour():
     assert "\x1b[31m" in out
 
 
+def test_no_colour_on_a_dumb_terminal():
+    """TERM=dumb (Emacs shell, CI log viewers) shows escape codes as text: no colour there, the width still the
+    terminal's."""
+    code, out = run_on_pty(["analyze", "--log", INCIDENTS["029"]], cols=80, TERM="dumb")
+    assert code == 2 and "\x1b" not in out and out.startswith("CRITICAL: capacity_pressure")
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def _columns(line: str) -> int:
+    """Terminal columns of ``line``: East Asian wide / fullwidth characters take two (UAX #11)."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_wide_characters_in_label_values_stay_within_the_width(tmp_path, width):
+    """A model name in CJK characters (two columns each) ran 10-25 columns past the width: lengths were counted in
+    characters."""
+    name = "通义千问模型测试" * 3
+    page = tmp_path / "cjk.prom"
+    page.write_text((ROOT / METRICS_ONLY).read_text().replace("Qwen/Qwen2.5-7B-Instruct", name))
+    res = _piped("analyze", "--metrics-file", str(page), "--width", str(width))
+    assert res.returncode == 2, res.stderr
+    lines = res.stdout.splitlines()
+    assert any(f'model_name="{name}"' in line for line in lines)          # the label stays whole on its line
+    assert max(_columns(line) for line in lines) <= width, [ln for ln in lines if _columns(ln) > width]
+
+
 def test_output_file_from_a_terminal_is_plain(tmp_path):
     target = tmp_path / "report.txt"
     code, out = run_on_pty(["analyze", "--log", INCIDENTS["029"], "--output", str(target)], cols=60)

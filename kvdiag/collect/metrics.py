@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
@@ -50,19 +50,27 @@ MAX_REDIRECTS = 5
 _SECRET_PARAM = re.compile(r"token|key|pass|pwd|secret|sig|auth|credential|session|cookie", re.I)
 
 
+def _safe_query(query: str) -> str:
+    """A query string with the values of secret-looking parameters replaced by ``***`` (``&`` and ``;`` both
+    separate parameters, as many servers read them)."""
+    return "".join(
+        part if part in ("&", ";") or not _SECRET_PARAM.search(part.split("=", 1)[0]) else part.split("=", 1)[0] + "=***"
+        for part in re.split(r"([&;])", query))
+
+
 def safe_url(url: str) -> str:
     """``url`` fit to show or to use as an instance label: no ``user:password@``, the values of
     secret-looking query parameters (token, key, password, secret, sig, auth, ...) replaced by ``***``,
-    no fragment."""
-    try:
-        parts = urlsplit(str(url))
-    except ValueError:
-        return redact(str(url).split("@")[-1])
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = "&".join(
-        (kv.split("=", 1)[0] + "=***") if _SECRET_PARAM.search(kv.split("=", 1)[0]) else kv
-        for kv in parts.query.split("&")) if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    no fragment. Also for a URL that does not parse (``http://[::1/…``) or lacks its scheme
+    (``user:pw@host:9090/metrics``): the credentials are cut by position, never echoed."""
+    text = str(url).split("#", 1)[0]
+    head, qmark, query = text.partition("?")
+    scheme, sep, rest = head.partition("://")
+    if not sep:  # no scheme ('//host/…' or 'host/…'): the authority, if any, comes before the next '/'
+        scheme, sep, rest = ("", "//", head[2:]) if head.startswith("//") else ("", "", head)
+    authority, slash, path = rest.partition("/")
+    authority = authority.rsplit("@", 1)[-1]
+    return f"{scheme.lower()}{sep}{authority}{slash}{path}" + (qmark + _safe_query(query) if query else "")
 
 
 def quote_line(line: str, limit: int = 80) -> str:

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import unicodedata
 
 import click
 
@@ -47,14 +48,17 @@ STYLES = {"critical": {"fg": "red", "bold": True}, "warning": {"fg": "yellow", "
           "ok": {"fg": "green", "bold": True}, "unknown": {"fg": "magenta", "bold": True}, "head": {"bold": True}}
 """click.style arguments per style: severity labels (``unknown`` for an inconclusive verdict) and headings."""
 MIN_WIDTH = 40
+MAX_WIDTH = 1000  # the most --width takes; a terminal's COLUMNS=100000 is held to it too
 
 
 def terminal_layout(stream, width: int | None = None) -> tuple[int, bool]:
     """``(width, colour)`` for a text report written to ``stream``.
 
-    On a terminal: its width (``shutil.get_terminal_size``, which honours ``COLUMNS``), colour unless ``NO_COLOR``
-    is set to a non-empty value (https://no-color.org). Not a terminal (a pipe, a file): ``WIDTH`` columns and no
-    colour, so the output is the same everywhere. ``width`` (``--width``) overrides the width in both cases.
+    On a terminal: its width (``shutil.get_terminal_size``, which honours ``COLUMNS``; kept within
+    ``MIN_WIDTH``..``MAX_WIDTH`` like ``--width``), colour unless ``NO_COLOR`` is set to a non-empty value
+    (https://no-color.org) or ``TERM`` is ``dumb`` (a terminal that shows escape codes as text: Emacs shell, some
+    CI log viewers). Not a terminal (a pipe, a file): ``WIDTH`` columns and no colour, so the output is the same
+    everywhere. ``width`` (``--width``) overrides the width in both cases.
     """
     try:
         tty = stream.isatty()
@@ -62,7 +66,20 @@ def terminal_layout(stream, width: int | None = None) -> tuple[int, bool]:
         tty = False
     if width is None:
         width = shutil.get_terminal_size((WIDTH, 24)).columns if tty else WIDTH
-    return max(MIN_WIDTH, int(width)), tty and not os.environ.get("NO_COLOR")
+    color = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
+    return min(MAX_WIDTH, max(MIN_WIDTH, int(width))), color
+
+
+def cells(text: str) -> int:
+    """Terminal columns ``text`` takes: East Asian wide and fullwidth characters two (Unicode UAX #11), combining
+    marks and zero-width characters none, every other one. Line lengths are measured in these, not in ``len``, so a
+    CJK model name does not run past the width."""
+    n = 0
+    for ch in text:
+        if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            continue
+        n += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return n
 
 
 def _split(text: str, level: int) -> list[tuple[str, str]]:
@@ -116,11 +133,11 @@ def _source_atoms(source: str, room: int) -> list[tuple[str, str]]:
     coarsest break points of :func:`_split` that make its pieces fit (a label longer than a line stays whole)."""
     pieces = [("", source)]
     for level in range(3):
-        if all(len(p) <= room for _, p in pieces):
+        if all(cells(p) <= room for _, p in pieces):
             break
         finer: list[tuple[str, str]] = []
         for sep, p in pieces:
-            parts = _split(p, level) if len(p) > room else [("", p)]
+            parts = _split(p, level) if cells(p) > room else [("", p)]
             finer += [(sep if i == 0 else s, q) for i, (s, q) in enumerate(parts)]
         pieces = finer
     return pieces
@@ -138,7 +155,7 @@ def _fill(atoms: list[tuple[str, str]], width: int, indent: str, more: str | Non
     lines: list[str] = []
     cur, empty = indent, True
     for sep, atom in atoms:
-        if not empty and len(cur) + len(sep) + len(atom) > width:
+        if not empty and cells(cur) + cells(sep) + cells(atom) > width:
             lines.append(cur)
             cur = more + atom
         else:
@@ -301,7 +318,7 @@ def _servers(out: _Text, report: Report) -> None:
     label = headline_label(v)
     out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence}) on {insts[0].instance}")
     out.para(f"{len(bad)} of {len(insts)} server(s) with a problem; worst first:", "  ")
-    width = min(60, max(len(i.instance) for i in insts))
+    width = min(60, max(cells(i.instance) for i in insts))
     for i in insts:
         label = headline_label(i.verdict)
         rest = _fill([("", f"{i.instance:{width}}  {i.verdict.primary}")] + (_words(f"({i.error})") if i.error else []),
@@ -310,7 +327,7 @@ def _servers(out: _Text, report: Report) -> None:
         out.lines += _plain(rest[1:])
     for i in insts:
         out.blank()
-        out.line((f"=== {i.instance} " + "=" * max(3, out.width - len(i.instance) - 5), "head"))
+        out.line((f"=== {i.instance} " + "=" * max(3, out.width - cells(i.instance) - 5), "head"))
         _one(out, Report(verdict=i.verdict, findings=i.findings, inputs=i.inputs, window=i.window, notes=i.notes))
     if report.notes:
         out.blank()
