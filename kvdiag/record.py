@@ -15,7 +15,6 @@ and kvdiag ignores them, reference §1.0).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from .collect.metrics import HttpOptions, scrape_targets
 from .errors import InputError, ScrapeError
@@ -126,7 +125,8 @@ def record(url: str, out: str, duration: float, interval: float, http: HttpOptio
 
 
 def _write(out: str, text: str) -> None:
-    try:
-        Path(out).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{out}: cannot write the recording: {exc.strerror}") from None
+    """Write the recording whole or not at all: a full disk or a second signal mid-write leaves the previous file
+    (or none) in place, never a cut recording without ``# EOF``."""
+    from .export import write_output
+
+    write_output(out, text, "--out")

@@ -92,3 +92,38 @@ def test_record_unreachable_is_one_line(kvdiag, tmp_path):
     res = kvdiag("record", "--metrics-url", refused_url(), "--duration", "1s", "--out", str(tmp_path / "x.om"))
     assert res.code == 3 and res.err.startswith("kvdiag: error: ") and "connection refused" in res.err
     assert not (tmp_path / "x.om").exists()
+
+
+def test_a_failed_write_keeps_the_previous_recording_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    """A full disk mid-write (ENOSPC from the write) must not replace the old recording with a cut one."""
+    import errno
+    import os
+
+    from kvdiag import record
+    from kvdiag.errors import InputError
+
+    out = tmp_path / "incident.om"
+    old = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1 1.0\n# EOF\n"
+    out.write_text(old)
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, text):
+            self.fh.write(text[: len(text) // 2])
+            self.fh.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: FullDisk(real_fdopen(fd, *a, **k)))
+    with pytest.raises(InputError, match="No space left on device"):
+        record._write(str(out), old.replace("1 1.0", "2 2.0") * 100)
+    assert out.read_text() == old
+    assert [p.name for p in tmp_path.iterdir()] == ["incident.om"]
