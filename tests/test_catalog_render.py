@@ -34,8 +34,8 @@ import pytest
 from kvdiag import catalog
 from kvdiag.bundle import Bundle
 from kvdiag.catalog.mapping import UNITS, marker
-from kvdiag.collect.logs import LogCollector, read_logs
-from kvdiag.signals import SIGNALS, Signal
+from kvdiag.collect.logs import read_logs
+from kvdiag.signals import SIGNALS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "catalog.md"
@@ -52,8 +52,6 @@ RECOGNISED_FLOOR: dict[str, float] = {  # measured 2026-12-01 on catalogue of 19
 }
 
 FORMS = list(RECOGNISED_FLOOR)
-#: forms the parser's current line cleaning handles: with the catalogue wired in they must reach the target now
-PREVIEW_AT_TARGET = ["v1", "v0", "tag_engine", "tag_worker", "tag_api", "no_header", "docker_json", "cri"]
 FORM_DOC = {
     "v1": "V1 header `INFO 05-06 12:00:00 [file.py:123] msg` (0.8+)",
     "v0": "V0 header `INFO 05-06 12:00:00 file.py:123] msg` (0.4-0.7)",
@@ -223,27 +221,9 @@ def judge(entry: dict, obs: list[tuple[str, float, str]], which: set[int] | None
     return ""
 
 
-class PreviewCollector(LogCollector):
-    """The wiring proposed for kvdiag/collect/logs.py, as a subclass (that file is not edited on this branch):
-    the catalogue's needles join the fast path's, and every message is also matched against the catalogue after
-    the EVENTS pass, its :func:`kvdiag.catalog.observations` added. Used to measure the figure after wiring."""
-
-    def __init__(self, bundle: Bundle, year: int | None = None) -> None:
-        super().__init__(bundle, year=year)
-        self.needles = sorted(set(self.needles) | set(catalog.needles()))
-
-    def _dispatch(self, line) -> None:
-        super()._dispatch(line)
-        hit = catalog.match(line.msg, level=line.level)
-        if hit:
-            for signal, value, text in catalog.observations(*hit):
-                if signal in SIGNALS:
-                    self._add(signal, value, line, text=text)
-
-
-def run_form(form: str, cat: catalog.Catalog, tmp: Path, preview: bool = False) -> dict[str, str]:
-    """Entry id → reason ('' = recognised) for one form: one log file, observations attributed by line.
-    ``preview``: read with :class:`PreviewCollector` (the catalogue wired in) instead of the parser as it is."""
+def run_form(form: str, cat: catalog.Catalog, tmp: Path) -> dict[str, str]:
+    """Entry id → reason ('' = recognised) for one form: one log file read by the real collector, observations
+    attributed by line."""
     lines: list[str] = []
     spans: list[tuple[int, int, dict, set[int] | None]] = []
     for e in cat.entries:
@@ -255,13 +235,10 @@ def run_form(form: str, cat: catalog.Catalog, tmp: Path, preview: bool = False) 
         lines += body
         spans.append((start, len(lines), e, which))
         lines.append("INFO 05-06 12:00:00 [render.py:1] --")  # a plain separator record between entries
-    path = tmp / f"render-{form}{'-preview' if preview else ''}.log"
+    path = tmp / f"render-{form}.log"
     path.write_text("\n".join(lines) + "\n")
     b = Bundle()
-    if preview:
-        PreviewCollector(b, year=2025).read(str(path))
-    else:
-        read_logs(b, [str(path)], year=2025, progress=False)
+    read_logs(b, [str(path)], year=2025, progress=False)
     by_line: dict[int, list[tuple[str, float, str]]] = defaultdict(list)
     for row in b._rows:  # (signal, t, seq, value, text, source, segment)
         src = row[5]
@@ -274,11 +251,6 @@ def run_form(form: str, cat: catalog.Catalog, tmp: Path, preview: bool = False) 
     return out
 
 
-VLLM_MESSAGE = Signal("vllm_message", "event", "count",
-                      "a catalogued vLLM message (text EVENT:ENTRY_ID), kvdiag/catalog/vllm_messages.json", (),
-                      ("vLLM 0.4-0.33 source",))
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[str, dict[str, str]]:
     cat = catalog.load()
@@ -286,46 +258,19 @@ def results(tmp_path_factory) -> dict[str, dict[str, str]]:
     return {form: run_form(form, cat, tmp) for form in FORMS}
 
 
-@pytest.fixture(scope="module")
-def preview(tmp_path_factory) -> dict[str, dict[str, str]]:
-    """The same forms read with the catalogue wired in (PreviewCollector; signal vllm_message registered for the
-    duration, as the wiring will add it to kvdiag/signals.py)."""
-    cat = catalog.load()
-    tmp = tmp_path_factory.mktemp("render-preview")
-    added = "vllm_message" not in SIGNALS
-    if added:
-        SIGNALS["vllm_message"] = VLLM_MESSAGE
-    try:
-        return {form: run_form(form, cat, tmp, preview=True) for form in FORMS}
-    finally:
-        if added:
-            del SIGNALS["vllm_message"]
-
-
-def summary(results: dict[str, dict[str, str]], cat: catalog.Catalog,
-            preview: dict[str, dict[str, str]] | None = None) -> tuple[str, dict[str, float]]:
-    """Markdown tables: recognised per form (all entries, and those mapped to an EVENTS event; with ``preview``
-    also the figure with the catalogue wired in) and per version; and the per-form fractions of ``results``."""
+def summary(results: dict[str, dict[str, str]], cat: catalog.Catalog) -> tuple[str, dict[str, float]]:
+    """Markdown tables: recognised per form (all entries, and those mapped to an EVENTS event) and per version;
+    and the per-form fractions."""
     frac = {}
     existing = {e["id"] for e in cat.entries if e["event"] in (table_markers())}
-    head = "| form | recognised | of | fraction | EVENTS-mapped entries |"
-    sep = "|---|---:|---:|---:|---:|"
-    if preview is not None:
-        head += " with the catalogue wired in (preview) |"
-        sep += "---:|"
-    rows = [head, sep]
+    rows = ["| form | recognised | of | fraction | EVENTS-mapped entries |", "|---|---:|---:|---:|---:|"]
     for form in FORMS:
         r = results[form]
         ok = sum(1 for v in r.values() if not v)
         frac[form] = ok / len(r) if r else 1.0
         ex = [i for i in r if i in existing]
         ex_ok = sum(1 for i in ex if not r[i])
-        row = f"| {form} | {ok} | {len(r)} | {frac[form]:.3f} | {ex_ok}/{len(ex)} = {ex_ok / len(ex):.3f} |"
-        if preview is not None:
-            p = preview[form]
-            p_ok = sum(1 for v in p.values() if not v)
-            row += f" {p_ok}/{len(p)} = {p_ok / len(p):.3f} |"
-        rows.append(row)
+        rows.append(f"| {form} | {ok} | {len(r)} | {frac[form]:.3f} | {ex_ok}/{len(ex)} = {ex_ok / len(ex):.3f} |")
     rows += ["", "| vLLM | entries | recognised (all forms) | fraction |", "|---|---:|---:|---:|"]
     for v in cat.data["versions"]:
         ids = {e["id"] for e in cat.entries_of(v["minor"])} & set(cat.by_id)
@@ -358,17 +303,11 @@ def _rows(results: dict[str, dict[str, str]], cat: catalog.Catalog) -> list[str]
     return lines
 
 
-def write_docs(results: dict[str, dict[str, str]], cat: catalog.Catalog, table: str,
-               preview: dict[str, dict[str, str]] | None = None) -> None:
-    lines = ["# Catalogued vLLM messages the log parser does not recognise yet", "",
+def write_docs(results: dict[str, dict[str, str]], cat: catalog.Catalog, table: str) -> None:
+    lines = ["# Catalogued vLLM messages the log parser does not recognise", "",
              "Written by `tests/test_catalog_render.py` (do not edit). One row per entry: the forms it is not "
              "recognised in and the reason (the first form's reason; others usually the same).", ""]
-    if preview is not None:
-        lines += ["## Still unrecognised with the catalogue wired in (PreviewCollector)", "",
-                  "What is left once `kvdiag.catalog.match` is called from the parser: mostly the wrapped and cut "
-                  "forms, which need the line cleaning of issue 12 (rejoining wrapped pieces).", ""]
-        lines += _rows(preview, cat) + [""]
-    lines += ["## Not recognised by the parser as it is (no catalogue)", ""] + _rows(results, cat)
+    lines += _rows(results, cat)
     UNRECOGNISED_DOC.parent.mkdir(exist_ok=True)
     UNRECOGNISED_DOC.write_text("\n".join(lines) + "\n")
     if DOC.exists():
@@ -380,25 +319,14 @@ def write_docs(results: dict[str, dict[str, str]], cat: catalog.Catalog, table: 
             DOC.write_text(head + begin + "\n" + table + "\n" + end + tail)
 
 
-def test_render_every_entry_in_every_form(results, preview, capsys):
+def test_render_every_entry_in_every_form(results, capsys):
     cat = catalog.load()
-    table, frac = summary(results, cat, preview)
-    write_docs(results, cat, table, preview)
+    table, frac = summary(results, cat)
+    write_docs(results, cat, table)
     with capsys.disabled():
         print("\n" + table)
     low = {f: round(x, 4) for f, x in frac.items() if x < RECOGNISED_FLOOR[f]}
     assert not low, f"recognised fraction below the floor in {low} (floors {RECOGNISED_FLOOR})"
-
-
-def test_preview_wiring_reaches_its_floor(preview):
-    """With the catalogue wired in (PreviewCollector), the single-line forms the parser already cleans must be
-    recognised at the target; the forms that need the line cleaning of issue 12 (wrapped, quoted, cut, ...) are
-    reported, not asserted, here."""
-    for form in PREVIEW_AT_TARGET:
-        r = preview[form]
-        ok = sum(1 for v in r.values() if not v) / len(r)
-        bad = [(i, v) for i, v in r.items() if v][:5]
-        assert ok >= RECOGNISED_TARGET, f"{form}: {ok:.3f} with the catalogue wired in; e.g. {bad}"
 
 
 def test_floors_never_above_target():

@@ -38,8 +38,10 @@ from typing import Callable
 
 import ahocorasick_rs
 
+from .. import catalog
 from ..bundle import Bundle, InputInfo
 from ..errors import InputError
+from ..signals import SIGNALS
 from .logread import MAX_LINE_BYTES, RecordReader, open_log, order_paths, redact
 
 GIB = 1024 ** 3
@@ -243,7 +245,8 @@ class LogCollector:
         self._last_frame_line = -2        # line number of the last traceback frame (its source line follows)
         self._unseen: list[tuple[int, str]] = []  # lines that look like memory trouble but match no event
         self._unseen_count = 0
-        self.needles = event_needles()
+        self.needles = prefilter_needles()
+        self._line_signals: set[str] = set()  # signals added while the current line is dispatched
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, path: str, progress: Callable[[int, int | None], None] | None = None) -> InputInfo:
@@ -426,6 +429,7 @@ class LogCollector:
 
     def _add(self, signal: str, value, line: Line, text: str = "", note: str = "") -> None:
         self._segment_signals.add(signal)
+        self._line_signals.add(signal)
         src = self._src(line) + (f" [{note}]" if note else "")
         self.bundle.add(signal, value, src, t=line.t, text=redact(text) if text else "", segment=self.segment)
 
@@ -449,11 +453,16 @@ class LogCollector:
                 return
         exc = EXC_LINE.match(msg) if ("Error" in msg or "Exception" in msg) else None
         understood = False
+        self._line_signals.clear()
+        stats = False
         for event in _events_for(msg):
             m = event[1].search(msg)
             if m:
                 event[2](self, m, line)
                 understood = True
+                stats = stats or event[0] == "stats"
+        if _catalog_needle_in(msg) and self._catalog(line, stats):
+            understood = True
         if not understood and line.lineno != self._last_frame_line + 1 and _looks_like_trouble(line) \
                 and not _KNOWN_NOT_TROUBLE.search(msg):
             self._unseen_count += 1
@@ -466,6 +475,21 @@ class LogCollector:
             etype = exc.group("type") if exc else "OutOfMemoryError"
             self._add("exception", len(frames), line, text=f"{etype} in {where}" + (f" [{phase}]" if phase else ""))
         self._close_tb = False
+
+    def _catalog(self, line: Line, stats: bool) -> bool:
+        """Match ``line`` against the catalogue of vLLM's memory messages (:mod:`kvdiag.catalog`); on a hit add
+        ``vllm_message`` (text ``EVENT:ENTRY_ID``), the event's marker and the numbers the entry carries, in base
+        units — except the signals an EVENTS handler already added from this line (and all numbers of a periodic
+        stats line, which its handler buffers): the same number is never counted twice. Returns whether the
+        catalogue knew the line."""
+        hit = catalog.match(line.msg, level=line.level)
+        if hit is None:
+            return False
+        done = set(self._line_signals)
+        for k, (signal, value, text) in enumerate(catalog.observations(*hit)):
+            if k == 0 or (not stats and signal in SIGNALS and signal not in done):
+                self._add(signal, value, line, text=text)
+        return True
 
     def _identity_note(self) -> str:
         """'model NAME (ARCH, multimodal, quantization Q)' from the facts this collector added, or ``""``."""
@@ -711,10 +735,11 @@ def _m6(c: LogCollector, m: re.Match, line: Line) -> None:
                         (r"([\d.]+) GiB for peak activation", "activation_peak_bytes"),
                         (r"([\d.]+) GiB for non-torch memory", "non_torch_bytes"),
                         (r"([\d.]+) GiB for CUDAGraph memory", "cudagraph_bytes"),
-                        (r"Current kv cache memory in use is ([\d.]+) GiB", "kv_cache_memory_bytes")):
+                        (r"Current kv cache memory in use is ([\d.]+) GiB", "kv_cache_memory_bytes"),
+                        (r"Current kv cache memory in use is (\d+) bytes", "kv_cache_memory_bytes")):
         mm = re.search(pat, rest)
-        if mm:
-            c._add(signal, float(mm.group(1)) * GIB, line)
+        if mm:  # GiB from 0.11; 0.10 prints the KV memory as int bytes ('... in use is N bytes.')
+            c._add(signal, float(mm.group(1)) * (1 if pat.endswith("bytes") else GIB), line)
     mm = re.search(r"--kv-cache-memory=(\d+)`? \([\d.]+ GiB\) to fit into requested memory", rest)
     if mm:  # bytes, as vLLM prints them
         c._add("kv_cache_memory_suggested_bytes", float(mm.group(1)), line)
@@ -1312,7 +1337,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("v0_prefix_hit_rate", re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%"), _v0_prefix_rate),
     ("preemption", re.compile(r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache "
                               r"space.*total_num_cumulative_preemption=(\d+)"), _preempt),
-    ("W1", re.compile(r"Loading model weights took ([\d.]+) GB"), _weights),
+    ("W1", re.compile(r"Loading model weights took ([\d.]+) Gi?B"), _weights),
     ("W2", re.compile(r"Model loading took ([\d.]+) GiB"), _weights),
     ("M1", re.compile(r"Memory profiling results:"), _m1),
     ("M2a", re.compile(r"total_gpu_memory \(([\d.]+)GiB\) x gpu_memory_utilization \(([\d.]+)\) = ([\d.]+)GiB"),
@@ -1554,6 +1579,34 @@ def event_needles() -> list[str]:
     """Every needle of the EVENTS registry plus :data:`EXTRA_NEEDLES` and :data:`TROUBLE_NEEDLES` (the fast path's
     search set: a line with trouble wording is decoded even when no event names it, to be listed if none matches)."""
     return sorted({n for e in _EVENTS_COMPILED for n in e[3]} | set(EXTRA_NEEDLES) | set(TROUBLE_NEEDLES))
+
+
+def _minimal_needles(needles: set[str]) -> list[str]:
+    """``needles`` without those that contain another one (a line holding the longer holds the shorter: the
+    prefilter finds the same lines with a smaller automaton)."""
+    ordered = sorted(needles, key=lambda n: (len(n), n))
+    ac = ahocorasick_rs.AhoCorasick(ordered)
+    return sorted(n for n in ordered if all(ordered[i] == n for i, _s, _e in
+                                            ac.find_matches_as_indexes(n, overlapping=True)))
+
+
+@functools.lru_cache(maxsize=1)
+def prefilter_needles() -> list[str]:
+    """The fast path's search set: :func:`event_needles` and every needle of the catalogue (:func:`kvdiag.catalog.
+    needles`, so a catalogued message no event names is decoded too), minus needles that contain another."""
+    return _minimal_needles(set(event_needles()) | set(catalog.needles()))
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_matcher() -> ahocorasick_rs.AhoCorasick:
+    return ahocorasick_rs.AhoCorasick(_minimal_needles(set(catalog.needles())),
+                                      implementation=ahocorasick_rs.Implementation.DFA)
+
+
+def _catalog_needle_in(msg: str) -> bool:
+    """Does ``msg`` hold a needle of the catalogue (a whole template's longest literal or a cut line's prefix)?
+    Only then is :func:`kvdiag.catalog.match` worth calling."""
+    return bool(_catalog_matcher().find_matches_as_indexes(msg[:catalog.MAX_MESSAGE]))
 
 
 _RANGE = re.compile(r"\((\d+\.\d+)(?:-(\d+\.\d+)|\+)\)")
