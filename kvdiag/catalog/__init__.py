@@ -31,11 +31,15 @@ DATA_PATH = Path(__file__).with_name("vllm_messages.json")
 
 #: what a number placeholder captures: digits as Python prints them (thousands separators, sign, exponent)
 # (digits first, then an optional fraction: no two quantifiers compete for the same digits, so a failing
-# search over a line of many numbers stays linear)
-NUMBER = r"[-+]?(?:(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
+# search over a line of many numbers stays linear; a thousands separator is always followed by three digits, so
+# the comma of "4096, max_batch_size" is not taken as part of the number when matching without backtracking)
+NUMBER = r"[-+]?(?:(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
+_CUT_NUMBER = re.compile(r"[\d.,eE+-]*")  # what may follow a number cut mid-way ("12." of "12.34")
 HEX = r"[-+]?(?:0[xXob])?[0-9a-fA-F]+"  # a number printed with an x/X/o/b format spec
 _SPLIT = re.compile(r"\{\{|\}\}|\{[^{}]*\}")
 _WS = re.compile(r"\s+")
+#: characters of literal text a cut message must share with a template to be read as it (or hold its needle whole)
+MIN_CUT_LITERAL = 12
 MAX_MESSAGE = 8192  # characters of a message a template is matched against (longer lines are cut to this)
 
 
@@ -241,29 +245,44 @@ class Catalog:
                     best = hit
                 if _level_fits(e, level):
                     break
+        full = None
         if best is not None:
-            _w, e, m = best
-            return e, {e["placeholders"][int(k[1:])]["name"]: v for k, v in m.groupdict().items() if v is not None}
+            w, e, m = best
+            full = (e, {e["placeholders"][int(k[1:])]["name"]: v for k, v in m.groupdict().items() if v is not None})
+            # a whole match that explains the message to its end (or a message that does not look cut) is the answer
+            if not partial or (m.end() >= len(msg.rstrip()) - 1 and not msg.rstrip().endswith(("…", "..."))):
+                return full
         if partial:
             cut = msg.rstrip()
+            marked = False
             for tail in ("…", "..."):
                 if cut.endswith(tail):
                     cut = cut[:-len(tail)]
-            # the entry whose literal text covers most of the cut message wins
+                    marked = True
+            # of the entries the cut message is the beginning of, one logged at the line's level (when the line
+            # has a header) wins, then the one whose literal text covers most of the message
             best_p = None
-            for e in self.candidates(cut, cut=True):
-                got = self._match_prefix(e, cut)
-                if got is not None:
-                    key = (got[1], _level_fits(e, level))
+            idx = self._cut.find(cut[:MAX_MESSAGE]) | self._full.find(cut[:MAX_MESSAGE])
+            for i in sorted(idx, key=lambda i: -self._weight[i]):
+                e = self.entries[i]
+                got = self._match_prefix(e, cut, marked)
+                if got is not None and (got[1] >= MIN_CUT_LITERAL or self._compiled[e["id"]][1] in cut):
+                    fits = _level_fits(e, level)
+                    key = (fits and bool(level), got[1], fits)
                     if best_p is None or key > best_p[2]:
                         best_p = (e, got[0], key)
-            if best_p is not None:
+            # a cut match beats a whole one only when it explains more literal text (a longer template of which the
+            # whole match is the beginning)
+            if best_p is not None and (full is None or best_p[2][1:] > (w, _level_fits(full[0], level))):
                 return best_p[0], best_p[1]
-        return None
+        return full
 
-    def _match_prefix(self, entry: dict, msg: str) -> tuple[dict[str, str], int] | None:
+    def _match_prefix(self, entry: dict, msg: str, marked: bool = True) -> tuple[dict[str, str], int] | None:
         """When ``msg`` ends inside an instance of ``entry``: the values of the placeholders before the cut and how
-        many characters of literal text matched; else None. The template's first literal anchors the match."""
+        many characters of literal text matched; else None. The template's first literal anchors the match.
+        ``marked``: the message ended with ``…``/``...``; only then may the cut fall inside a free-text placeholder
+        (whatever follows the last literal is taken as the cut text), else any line holding the first literal
+        would match."""
         pieces = split_template(entry["template"])
         phs = entry["placeholders"]
         first = next((k for k, p in enumerate(pieces) if isinstance(p, str) and p.strip()), None)
@@ -276,7 +295,7 @@ class Catalog:
             return None
         pos, score = at, 0
         values: dict[str, str] = {}
-        number = re.compile(NUMBER)
+        number, hexnum = re.compile(NUMBER), re.compile(HEX)
         for k in range(first, len(pieces)):
             p = pieces[k]
             rest = norm[pos:]
@@ -296,11 +315,11 @@ class Catalog:
             else:
                 ph = phs[p]
                 if ph.get("type") == "number":
-                    m = number.match(norm, pos)
+                    m = (hexnum if re.search(r"[xXob]$", ph.get("spec", "")) else number).match(norm, pos)
                     if not m:
                         return None
-                    if m.end() >= len(norm):
-                        return values, score  # the number itself may be cut: not trusted
+                    if _CUT_NUMBER.fullmatch(norm, m.end()):
+                        return values, score  # the number itself may be cut ("12." of "12.34"): not trusted
                     values[ph["name"]] = m.group(0)
                     pos = m.end()
                 else:
@@ -311,7 +330,17 @@ class Catalog:
                     lit = _WS.sub(" ", nxt)
                     j = norm.find(lit, pos)
                     if j < 0:
-                        return values, score  # cut inside the free text or the literal after it
+                        # cut inside the literal after the free text: the message ends with a beginning of it (8+
+                        # characters, so a stray word is not taken for it)
+                        head = lit[:8]
+                        j = norm.find(head, pos) if len(head) == 8 else -1
+                        while j >= 0:
+                            if lit.startswith(norm[j:]):
+                                values[ph["name"]] = norm[pos:j]
+                                return values, score + len(norm) - j
+                            j = norm.find(head, j + 1)
+                        # cut inside the free text: only on a message marked as cut
+                        return (values, score) if marked else None
                     values[ph["name"]] = norm[pos:j]
                     pos = j
         return values, score
