@@ -451,10 +451,15 @@ class RecordReader:
             if other != first:
                 self.alternatives[rec_no] = bytes(other)
 
+        quoted = "quoted" in self.paste
         for i, ln in enumerate(raw):
             ln = ln.rstrip(b"\r")
             if QUOTE.match(ln):
-                ln = QUOTE.sub(b"", ln, count=1)
+                # in a paste that is not quoted, a '>' starting a wrapped piece is the message's own text ('... when
+                # P TP', '> D TP.'): removed only in front of a record
+                unq = QUOTE.sub(b"", ln, count=1)
+                if quoted or RECORD_START.match(unq):
+                    ln = unq
             if (hard is not None and width and headed and ln.strip() and len(prev) >= width
                     and not RECORD_START.match(ln) and b'File "' not in prev):
                 hard += ln

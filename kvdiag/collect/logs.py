@@ -173,7 +173,10 @@ _SHELL = re.compile(r"^\s*(?:#|\$ |vllm serve |python3? -m vllm)")
 
 
 def _matches(text: str) -> int:
-    return sum(1 for e in _events_for(text) if e[1].search(text))
+    """How many events read ``text``, plus one when it is a whole catalogued message (the catalogue knows wordings the
+    events do not, e.g. M7 0.11 'reserved 5.67GiB memory' without the space)."""
+    return sum(1 for e in _events_for(text) if e[1].search(text)) + \
+        (1 if _catalog_needle_in(text) and catalog.match(text, partial=False) else 0)
 
 
 def _better_joining(first: bytes, other: bytes) -> bytes:
@@ -1594,7 +1597,20 @@ def _minimal_needles(needles: set[str]) -> list[str]:
 def prefilter_needles() -> list[str]:
     """The fast path's search set: :func:`event_needles` and every needle of the catalogue (:func:`kvdiag.catalog.
     needles`, so a catalogued message no event names is decoded too), minus needles that contain another."""
-    return _minimal_needles(set(event_needles()) | set(catalog.needles()))
+    return _minimal_needles(set(event_needles()) | {_plain(n) for n in catalog.needles()})
+
+
+_UNPLAIN = re.compile(r'[^\x20-\x7e]+|["\\]+')
+
+
+def _plain(needle: str) -> str:
+    """The longest run of ``needle`` that reads the same in raw bytes and in a Docker json-file ``log`` string (which
+    may escape non-ASCII as ``\\uXXXX`` and always escapes quotes and backslashes): ``"🚧kv_cache is None, "`` →
+    ``"kv_cache is None, "``; the needle itself when no run of 4+ characters is left."""
+    if not _UNPLAIN.search(needle):
+        return needle
+    best = max(_UNPLAIN.split(needle), key=len)
+    return best if len(best.strip()) >= 4 else needle
 
 
 @functools.lru_cache(maxsize=1)
