@@ -684,7 +684,8 @@ def _weights(c: LogCollector, m: re.Match, line: Line) -> None:
     c._new_segment(line, "weights")
     _set_step(c, line, "")
     msg = line.msg
-    c.formats.add("weights line W1 'GB' (0.4-0.7)" if "weights took" in msg else
+    c.formats.add(("weights line W1 'GiB' (0.8-0.9, XPU)" if "GiB" in msg[m.start():m.end()] else
+                   "weights line W1 'GB' (0.4-0.7)") if "weights took" in msg else
                   "weights line W3 'GiB memory and' (0.16+)" if "GiB memory and" in msg else
                   "weights line W2 'GiB and' (0.8-0.11)")
     c._add("weights_bytes", float(m.group(1)) * GIB, line)
@@ -743,8 +744,8 @@ def _m6(c: LogCollector, m: re.Match, line: Line) -> None:
         mm = re.search(pat, rest)
         if mm:  # GiB from 0.11; 0.10 prints the KV memory as int bytes ('... in use is N bytes.')
             c._add(signal, float(mm.group(1)) * (1 if pat.endswith("bytes") else GIB), line)
-    mm = re.search(r"--kv-cache-memory=(\d+)`? \([\d.]+ GiB\) to fit into requested memory", rest)
-    if mm:  # bytes, as vLLM prints them
+    mm = re.search(r"--kv-cache-memory=(\d+)`?(?: \([\d.]+ GiB\))? to fit into requested memory", rest)
+    if mm:  # bytes, as vLLM prints them (0.10 without the '(X GiB)' after)
         c._add("kv_cache_memory_suggested_bytes", float(mm.group(1)), line)
 
 
@@ -1089,7 +1090,8 @@ def _m5(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _m7(c: LogCollector, m: re.Match, line: Line) -> None:
     """M7 'Initial free memory F GiB, reserved K GiB memory for KV Cache as specified by kv_cache_memory_bytes
-    config and skipped memory profiling.' (0.11+, --kv-cache-memory set)."""
+    config and skipped memory profiling.' (--kv-cache-memory set; 0.10 prints 'reserved K.KKGiB memory' without the
+    space, ``worker/worker.py`` and ``v1/worker/gpu_worker.py`` @ 0.10.2)."""
     c._add("gpu_free_at_startup_bytes", float(m.group(1)) * GIB, line)
     c._add("kv_cache_memory_bytes", float(m.group(2)) * GIB, line)
 
@@ -1395,7 +1397,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("K13", re.compile(r"Capturing (?:the model for CUDA graphs|cudagraphs for decoding|CUDA graphs? )"), _k13),
     ("M4", re.compile(r"Memory profiling takes [\d.]+ seconds\. Total non KV cache memory"), _m4),
     ("M5", re.compile(r"Initial free memory: ([\d.]+) GiB; Requested memory: ([\d.]+) \(util\), ([\d.]+) GiB"), _m5),
-    ("M7", re.compile(r"Initial free memory ([\d.]+) GiB, reserved ([\d.]+) GiB memory for KV Cache"), _m7),
+    ("M7", re.compile(r"Initial free memory ([\d.]+) GiB, reserved ([\d.]+) ?GiB memory for KV Cache"), _m7),
     ("M9_pool", re.compile(r"CUDA graph pool memory: (-?[\d.]+) GiB \(actual\), (-?[\d.]+) GiB \(estimated\)"),
      _m9_pool),
     ("M10", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"), _m10),
@@ -1438,15 +1440,15 @@ EVENT_VERSIONS: dict[str, str] = {
              "prefix, 'Preemptions' 0.16+, 'Deferred' 0.24+, '{DEV} KV cache usage' and 'Iteration(N):' 0.33",
     "v0_prefix_hit_rate": "V0 0.5-0.10",
     "preemption": "V0 0.4-0.10 (every 50th preemption)",
-    "W1": "0.4-0.7 (V0 and V1)",
+    "W1": "0.4-0.7 'GB' (V0 and V1), 0.8-0.9 'GiB' (worker/xpu_model_runner.py)",
     "W2": "0.8-0.11 ('GiB and S seconds'); 0.16+ W3 ('GiB memory and S seconds')",
     "M1": "0.6.x early releases",
     "M2a": "V0 0.6.6-0.10", "M2b": "V0 0.6.6-0.10",
     "M3": "V1 0.9+ ('{kv:.2f}' to 0.11, rounded from 0.16)",
     "M4": "V1 0.9+ (DEBUG); 0.33 wording 'total consumed'",
     "M5": "V1 0.11+ (DEBUG)",
-    "M6": "V1 0.11+ (DEBUG 0.11-0.24, INFO 0.33; 0.33 'consumed memory')",
-    "M7": "V1 0.11+ (with --kv-cache-memory)",
+    "M6": "V1 0.10+ (0.10 KV memory in bytes; DEBUG 0.11-0.24, INFO 0.33; 0.33 'consumed memory')",
+    "M7": "0.10 ('KGiB' without the space, V0 and V1) and V1 0.11+ (with --kv-cache-memory)",
     "M9": "0.24+", "M9_pool": "0.24+",
     "M10": "0.6+ ('seconds'; 0.24+ 's')",
     "E4": "V1 0.9+ ('on device {device}' 0.16+; 0.33 'the engine's budget after excluding external process's "
@@ -1464,7 +1466,7 @@ EVENT_VERSIONS: dict[str, str] = {
     "K1": "V0 0.4-0.6 K1 '# GPU blocks', V0 0.7-0.10 K2 '# cuda blocks', V1 0.6.6-0.7 K3",
     "K4": "V1 0.8-0.24 (K4); 0.33 merged K6 '... tokens, Maximum concurrency ...'",
     "K5": "V0 0.6-0.10, V1 0.7-0.24 (K5); 0.33 merged K6",
-    "K7": "V1 0.7+", "K9": "0.16+ ('in available GPU memory' 0.16-0.24, 'KV cache memory' 0.33)", "K10": "0.10+", "K11": "0.9+",
+    "K7": "V1 0.7+", "K9": "0.14+ ('in available GPU memory' 0.14-0.31, 'KV cache memory' 0.32+)", "K10": "0.10+", "K11": "0.9+",
     "K12": "0.6+ ('took G GiB'; 0.4-0.5 print no size)",
     "K13": "V0 0.4-0.10; V1 capture progress",
     "E0": "V1 0.8+", "E1": "all", "E2a": "V0 0.4-0.10, V1 0.6.6",
