@@ -21,6 +21,11 @@ from the wheels' ``v1/core/kv_cache_utils.py``, ``kv_cache_planning.py``, ``v1/w
 errors (``cuda_error``), phase markers (:func:`_phase_for`), model identity (``architecture``, engine config / args
 lines, ``architectures.tsv``), and the "seen, not understood" list (:data:`TROUBLE_NEEDLES`, capped at
 :data:`UNSEEN_LISTED` excerpts plus a count, so memory stays bounded).
+
+The catalogue of vLLM's memory messages (:mod:`kvdiag.catalog`, 1,903 templates from the wheels 0.4-0.33) is read
+after the EVENTS: its needles join the prefilter (:func:`prefilter_needles`), a line holding one is matched against
+the templates (:meth:`LogCollector._catalog`) and a hit adds ``vllm_message`` (``EVENT:ENTRY_ID``), the event's marker
+and the entry's numbers, except signals an EVENTS handler already added from the same line.
 """
 
 from __future__ import annotations
