@@ -288,6 +288,8 @@ def table_markers() -> dict:
 
 _SAME_TEXT = ("vLLM prints this text from two places at two levels (or as a log line and an exception); without a "
               "header the level that tells them apart is gone, and the other entry's event is given")
+_ONE_INTERVAL = ("harness artifact: consecutive stats lines under one container timestamp are one interval of several "
+                 "engines to the collector (data-parallel rule), so their numbers are merged; recognised when alone")
 #: why an entry stays unrecognised in a form, where the reason is a property of the form, not a parser gap (shown in
 #: docs/catalog-unrecognised.md; the figure is measured regardless)
 WHY: dict[tuple[str, str], str] = {
@@ -300,12 +302,7 @@ WHY: dict[tuple[str, str], str] = {
     ("cc96c01f27", "cut"): "cut inside the first number: two TensorMemoryPool templates begin alike up to there",
     ("ee3dfccd22", "wrap120"): "the first piece ('Profiler config:') is far shorter than the width because the next "
                                "word is longer than a line, so nothing shows the record was wrapped",
-    ("d8a2cd638f", "cri"): "harness artifact: consecutive stats lines under one container timestamp are one interval of "
-                           "several engines to the collector (data-parallel rule), so the numbers are merged; "
-                           "recognised when alone",
-    ("6d5966a886", "cri"): "harness artifact: consecutive stats lines under one container timestamp are one interval of "
-                           "several engines to the collector (data-parallel rule), so the numbers are merged; "
-                           "recognised when alone",
+    ("d8a2cd638f", "cri"): _ONE_INTERVAL, ("6d5966a886", "cri"): _ONE_INTERVAL,
 }
 
 

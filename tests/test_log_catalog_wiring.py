@@ -140,8 +140,8 @@ def test_m7_of_0_10_without_the_space(tmp_path):
     {GiB(...):.2f} GiB, reserved {GiB(kv_cache_memory_bytes):.2f}GiB memory for KV Cache as specified by
     kv_cache_memory_bytes config and skipped memory profiling. ..." (no space before the second GiB)."""
     b, _ = parse(tmp_path, "INFO 05-06 12:00:00 [gpu_worker.py:242] Initial free memory 78.12 GiB, reserved "
-                           "20.00GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory "
-                           "profiling. This does does not respect the gpu_memory_utilization config.\n")
+                           "20.00GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
+                           "memory profiling. This does does not respect the gpu_memory_utilization config.\n")
     assert values(b, "kv_cache_memory_bytes") == [pytest.approx(20.0 * GIB)]
     assert values(b, "gpu_free_at_startup_bytes") == [pytest.approx(78.12 * GIB)]
     assert [t.split(":")[0] for t in texts(b, "vllm_message")] == ["M7"]
