@@ -34,8 +34,10 @@ DATA_PATH = Path(__file__).with_name("vllm_messages.json")
 # search over a line of many numbers stays linear; a thousands separator is always followed by three digits, so
 # the comma of "4096, max_batch_size" is not taken as part of the number when matching without backtracking)
 NUMBER = r"[-+]?(?:(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
+_NUMBER_RX = re.compile(NUMBER)
 _CUT_NUMBER = re.compile(r"[\d.,eE+-]*")  # what may follow a number cut mid-way ("12." of "12.34")
 HEX = r"[-+]?(?:0[xXob])?[0-9a-fA-F]+"  # a number printed with an x/X/o/b format spec
+_HEX_RX = re.compile(HEX)
 _SPLIT = re.compile(r"\{\{|\}\}|\{[^{}]*\}")
 _WS = re.compile(r"\s+")
 #: characters of literal text a cut message must share with a template to be read as it (or hold its needle whole)
@@ -202,6 +204,7 @@ class Catalog:
                 cut.setdefault(prefix, []).append(idx)
         # most literal text first: a specific template wins over a generic one matching the same line
         self._weight = [sum(len(p) for p in split_template(e["template"]) if isinstance(p, str)) for e in self.entries]
+        self._plans: dict[str, tuple] = {}  # entry id → how _match_prefix walks it (built on first use)
         self._full = _Index(full)
         self._cut = _Index(cut)
         self.by_id = {e["id"]: e for e in self.entries}
@@ -277,9 +280,10 @@ class Catalog:
             # has a header) wins, then the one whose literal text covers most of the message
             best_p = None
             idx = self._cut.find(cut[:MAX_MESSAGE]) | self._full.find(cut[:MAX_MESSAGE])
+            norm = _WS.sub(" ", cut) if idx else ""
             for i in sorted(idx, key=lambda i: -self._weight[i]):
                 e = self.entries[i]
-                got = self._match_prefix(e, cut, marked)
+                got = self._match_prefix(e, norm, marked)
                 if got is not None and (got[1] >= MIN_CUT_LITERAL or self._compiled[e["id"]][1] in cut):
                     fits = _level_fits(e, level)
                     key = (fits and bool(level), got[1], fits)
@@ -296,27 +300,31 @@ class Catalog:
         many characters of literal text matched; else None. The template's first literal anchors the match.
         ``marked``: the message ended with ``…``/``...``; only then may the cut fall inside a free-text placeholder
         (whatever follows the last literal is taken as the cut text), else any line holding the first literal
-        would match."""
-        pieces = split_template(entry["template"])
-        phs = entry["placeholders"]
-        first = next((k for k, p in enumerate(pieces) if isinstance(p, str) and p.strip()), None)
+        would match. ``msg`` has its blank runs as one space already (as :meth:`match` passes it)."""
+        plan = self._plans.get(entry["id"])
+        if plan is None:  # the template's pieces with blank runs as one space, its first literal piece, the anchor
+            pieces = [_WS.sub(" ", p) if isinstance(p, str) else p for p in split_template(entry["template"])]
+            first = next((k for k, p in enumerate(pieces) if isinstance(p, str) and p.strip()), None)
+            anchor = pieces[first].strip()[:32].rstrip() if first is not None else ""
+            plan = self._plans[entry["id"]] = (pieces, first, anchor)
+        pieces, first, anchor = plan
         if first is None:
             return None
-        norm = _WS.sub(" ", msg)
-        start_lit = _WS.sub(" ", pieces[first]).strip()
-        at = norm.find(start_lit[:32].rstrip())
+        norm = msg
+        at = norm.find(anchor)
         if at < 0:
             return None
+        phs = entry["placeholders"]
         pos, score = at, 0
         values: dict[str, str] = {}
-        number, hexnum = re.compile(NUMBER), re.compile(HEX)
+        number, hexnum = _NUMBER_RX, _HEX_RX
         for k in range(first, len(pieces)):
             p = pieces[k]
             rest = norm[pos:]
             if not rest:
                 return values, score
             if isinstance(p, str):
-                lit = _WS.sub(" ", p)
+                lit = p
                 if k == first:
                     lit = lit.lstrip()
                 if rest.startswith(lit):
@@ -341,7 +349,7 @@ class Catalog:
                     if nxt is None:
                         values[ph["name"]] = rest
                         return values, score
-                    lit = _WS.sub(" ", nxt)
+                    lit = nxt
                     j = norm.find(lit, pos)
                     if j < 0:
                         # cut inside the literal after the free text: the message ends with a beginning of it (8+
