@@ -213,6 +213,10 @@ _SIGNALS = [
     Signal("unrecognised_memory_line", "event", "count",
            "log lines that look like memory trouble but match no event; value = how many (one row per input)", (),
            ("any line with OOM / out of memory / KV cache / CUDA error / preempt / blocks wording",)),
+    Signal("vllm_message", "event", "count",
+           "a vLLM memory-related message of the catalogue (kvdiag/catalog/vllm_messages.json, read from vLLM's own "
+           "source 0.4-0.33); value 1, text = 'EVENT:ENTRY_ID' (the event of kvdiag/catalog/event_map.yaml and the "
+           "entry's id)", (), ("any catalogued raise / assert / logger message, every version that prints it",)),
     Signal("model_architecture", "fact", "text", "model architecture vLLM resolved",
            (), ("'Resolved architecture: X' (0.10+)", "engine config / args lines")),
     Signal("model_name", "fact", "text", "model served (path or Hugging Face id)",

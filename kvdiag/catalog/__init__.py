@@ -31,11 +31,17 @@ DATA_PATH = Path(__file__).with_name("vllm_messages.json")
 
 #: what a number placeholder captures: digits as Python prints them (thousands separators, sign, exponent)
 # (digits first, then an optional fraction: no two quantifiers compete for the same digits, so a failing
-# search over a line of many numbers stays linear)
-NUMBER = r"[-+]?(?:(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
+# search over a line of many numbers stays linear; a thousands separator is always followed by three digits, so
+# the comma of "4096, max_batch_size" is not taken as part of the number when matching without backtracking)
+NUMBER = r"[-+]?(?:(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
+_NUMBER_RX = re.compile(NUMBER)
+_CUT_NUMBER = re.compile(r"[\d.,eE+-]*")  # what may follow a number cut mid-way ("12." of "12.34")
 HEX = r"[-+]?(?:0[xXob])?[0-9a-fA-F]+"  # a number printed with an x/X/o/b format spec
+_HEX_RX = re.compile(HEX)
 _SPLIT = re.compile(r"\{\{|\}\}|\{[^{}]*\}")
 _WS = re.compile(r"\s+")
+#: characters of literal text a cut message must share with a template to be read as it (or hold its needle whole)
+MIN_CUT_LITERAL = 12
 MAX_MESSAGE = 8192  # characters of a message a template is matched against (longer lines are cut to this)
 
 
@@ -89,24 +95,30 @@ def compile_template(template: str, placeholders: list[dict]) -> tuple[_LazyRege
         ValueError: the template has more placeholders than ``placeholders`` describes.
     """
     pieces = split_template(template)
-    parts = []
-    for k, p in enumerate(pieces):
-        if isinstance(p, int):
-            if p >= len(placeholders):
-                raise ValueError(f"template {template[:80]!r}: placeholder {p} not described")
-            ph = placeholders[p]
-            pct = "%" if ph.get("type") == "number" and ph.get("spec", "").endswith("%") else ""
-            parts.append(f"(?P<g{p}>{placeholder_regex(ph, k == len(pieces) - 1)}){pct}")
-        else:
-            parts.append(_literal_regex(p))
-    if pieces and isinstance(pieces[0], int) and placeholders[pieces[0]].get("type") != "number":
-        parts.insert(0, "^")  # a leading free-text group takes the line's start: one anchored try, not one per offset
+    for p in pieces:
+        if isinstance(p, int) and p >= len(placeholders):
+            raise ValueError(f"template {template[:80]!r}: placeholder {p} not described")
+
+    def pattern() -> str:
+        parts = []
+        for k, p in enumerate(pieces):
+            if isinstance(p, int):
+                ph = placeholders[p]
+                pct = "%" if ph.get("type") == "number" and ph.get("spec", "").endswith("%") else ""
+                parts.append(f"(?P<g{p}>{placeholder_regex(ph, k == len(pieces) - 1)}){pct}")
+            else:
+                parts.append(_literal_regex(p))
+        if pieces and isinstance(pieces[0], int) and placeholders[pieces[0]].get("type") != "number":
+            # a leading free-text group takes the line's start: one anchored try, not one per offset
+            parts.insert(0, "^")
+        return "".join(parts)
+
     runs = [r.strip() for p in pieces if isinstance(p, str) for r in re.split(r"\n|\s{2,}", p)]
     runs = [r for r in runs if r]
     needle = max(runs, key=len) if runs else ""
     first = next((_WS.sub(" ", p).strip() for p in pieces if isinstance(p, str) and p.strip()), "")
     prefix = first[:32].rstrip() if len(first) >= 8 else ""
-    return _LazyRegex("".join(parts)), needle, prefix
+    return _LazyRegex(pattern), needle, prefix
 
 
 def _level_fits(entry: dict, level: str) -> bool:
@@ -128,13 +140,21 @@ def expand(versions: list[str], minors: list[str]) -> list[str]:
 
 
 class _LazyRegex:
-    """A pattern compiled on first use (the parser meets few of the catalogue's templates in one log)."""
+    """A pattern built and compiled on first use (the parser meets few of the catalogue's templates in one log, and
+    building all 1,900 patterns up front is most of the catalogue's load time)."""
 
-    __slots__ = ("pattern", "_rx")
+    __slots__ = ("_build", "_pattern", "_rx")
 
-    def __init__(self, pattern: str) -> None:
-        self.pattern = pattern
+    def __init__(self, build) -> None:
+        self._build = build
+        self._pattern: str | None = None
         self._rx: re.Pattern | None = None
+
+    @property
+    def pattern(self) -> str:
+        if self._pattern is None:
+            self._pattern = self._build()
+        return self._pattern
 
     def search(self, text: str) -> re.Match | None:
         if self._rx is None:
@@ -184,6 +204,7 @@ class Catalog:
                 cut.setdefault(prefix, []).append(idx)
         # most literal text first: a specific template wins over a generic one matching the same line
         self._weight = [sum(len(p) for p in split_template(e["template"]) if isinstance(p, str)) for e in self.entries]
+        self._plans: dict[str, tuple] = {}  # entry id → how _match_prefix walks it (built on first use)
         self._full = _Index(full)
         self._cut = _Index(cut)
         self.by_id = {e["id"]: e for e in self.entries}
@@ -241,49 +262,69 @@ class Catalog:
                     best = hit
                 if _level_fits(e, level):
                     break
+        full = None
         if best is not None:
-            _w, e, m = best
-            return e, {e["placeholders"][int(k[1:])]["name"]: v for k, v in m.groupdict().items() if v is not None}
+            w, e, m = best
+            full = (e, {e["placeholders"][int(k[1:])]["name"]: v for k, v in m.groupdict().items() if v is not None})
+            # a whole match that explains the message to its end (or a message that does not look cut) is the answer
+            if not partial or (m.end() >= len(msg.rstrip()) - 1 and not msg.rstrip().endswith(("…", "..."))):
+                return full
         if partial:
             cut = msg.rstrip()
+            marked = False
             for tail in ("…", "..."):
                 if cut.endswith(tail):
                     cut = cut[:-len(tail)]
-            # the entry whose literal text covers most of the cut message wins
+                    marked = True
+            # of the entries the cut message is the beginning of, one logged at the line's level (when the line
+            # has a header) wins, then the one whose literal text covers most of the message
             best_p = None
-            for e in self.candidates(cut, cut=True):
-                got = self._match_prefix(e, cut)
-                if got is not None:
-                    key = (got[1], _level_fits(e, level))
+            idx = self._cut.find(cut[:MAX_MESSAGE]) | self._full.find(cut[:MAX_MESSAGE])
+            norm = _WS.sub(" ", cut) if idx else ""
+            for i in sorted(idx, key=lambda i: -self._weight[i]):
+                e = self.entries[i]
+                got = self._match_prefix(e, norm, marked)
+                if got is not None and (got[1] >= MIN_CUT_LITERAL or self._compiled[e["id"]][1] in cut):
+                    fits = _level_fits(e, level)
+                    key = (fits and bool(level), got[1], fits)
                     if best_p is None or key > best_p[2]:
                         best_p = (e, got[0], key)
-            if best_p is not None:
+            # a cut match beats a whole one only when it explains more literal text (a longer template of which the
+            # whole match is the beginning)
+            if best_p is not None and (full is None or best_p[2][1:] > (w, _level_fits(full[0], level))):
                 return best_p[0], best_p[1]
-        return None
+        return full
 
-    def _match_prefix(self, entry: dict, msg: str) -> tuple[dict[str, str], int] | None:
+    def _match_prefix(self, entry: dict, msg: str, marked: bool = True) -> tuple[dict[str, str], int] | None:
         """When ``msg`` ends inside an instance of ``entry``: the values of the placeholders before the cut and how
-        many characters of literal text matched; else None. The template's first literal anchors the match."""
-        pieces = split_template(entry["template"])
-        phs = entry["placeholders"]
-        first = next((k for k, p in enumerate(pieces) if isinstance(p, str) and p.strip()), None)
+        many characters of literal text matched; else None. The template's first literal anchors the match.
+        ``marked``: the message ended with ``…``/``...``; only then may the cut fall inside a free-text placeholder
+        (whatever follows the last literal is taken as the cut text), else any line holding the first literal
+        would match. ``msg`` has its blank runs as one space already (as :meth:`match` passes it)."""
+        plan = self._plans.get(entry["id"])
+        if plan is None:  # the template's pieces with blank runs as one space, its first literal piece, the anchor
+            pieces = [_WS.sub(" ", p) if isinstance(p, str) else p for p in split_template(entry["template"])]
+            first = next((k for k, p in enumerate(pieces) if isinstance(p, str) and p.strip()), None)
+            anchor = pieces[first].strip()[:32].rstrip() if first is not None else ""
+            plan = self._plans[entry["id"]] = (pieces, first, anchor)
+        pieces, first, anchor = plan
         if first is None:
             return None
-        norm = _WS.sub(" ", msg)
-        start_lit = _WS.sub(" ", pieces[first]).strip()
-        at = norm.find(start_lit[:32].rstrip())
+        norm = msg
+        at = norm.find(anchor)
         if at < 0:
             return None
+        phs = entry["placeholders"]
         pos, score = at, 0
         values: dict[str, str] = {}
-        number = re.compile(NUMBER)
+        number, hexnum = _NUMBER_RX, _HEX_RX
         for k in range(first, len(pieces)):
             p = pieces[k]
             rest = norm[pos:]
             if not rest:
                 return values, score
             if isinstance(p, str):
-                lit = _WS.sub(" ", p)
+                lit = p
                 if k == first:
                     lit = lit.lstrip()
                 if rest.startswith(lit):
@@ -296,11 +337,11 @@ class Catalog:
             else:
                 ph = phs[p]
                 if ph.get("type") == "number":
-                    m = number.match(norm, pos)
+                    m = (hexnum if re.search(r"[xXob]$", ph.get("spec", "")) else number).match(norm, pos)
                     if not m:
                         return None
-                    if m.end() >= len(norm):
-                        return values, score  # the number itself may be cut: not trusted
+                    if _CUT_NUMBER.fullmatch(norm, m.end()):
+                        return values, score  # the number itself may be cut ("12." of "12.34"): not trusted
                     values[ph["name"]] = m.group(0)
                     pos = m.end()
                 else:
@@ -308,10 +349,20 @@ class Catalog:
                     if nxt is None:
                         values[ph["name"]] = rest
                         return values, score
-                    lit = _WS.sub(" ", nxt)
+                    lit = nxt
                     j = norm.find(lit, pos)
                     if j < 0:
-                        return values, score  # cut inside the free text or the literal after it
+                        # cut inside the literal after the free text: the message ends with a beginning of it (8+
+                        # characters, so a stray word is not taken for it)
+                        head = lit[:8]
+                        j = norm.find(head, pos) if len(head) == 8 else -1
+                        while j >= 0:
+                            if lit.startswith(norm[j:]):
+                                values[ph["name"]] = norm[pos:j]
+                                return values, score + len(norm) - j
+                            j = norm.find(head, j + 1)
+                        # cut inside the free text: only on a message marked as cut
+                        return (values, score) if marked else None
                     values[ph["name"]] = norm[pos:j]
                     pos = j
         return values, score

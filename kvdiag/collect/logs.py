@@ -21,6 +21,11 @@ from the wheels' ``v1/core/kv_cache_utils.py``, ``kv_cache_planning.py``, ``v1/w
 errors (``cuda_error``), phase markers (:func:`_phase_for`), model identity (``architecture``, engine config / args
 lines, ``architectures.tsv``), and the "seen, not understood" list (:data:`TROUBLE_NEEDLES`, capped at
 :data:`UNSEEN_LISTED` excerpts plus a count, so memory stays bounded).
+
+The catalogue of vLLM's memory messages (:mod:`kvdiag.catalog`, 1,903 templates from the wheels 0.4-0.33) is read
+after the EVENTS: its needles join the prefilter (:func:`prefilter_needles`), a line holding one is matched against
+the templates (:meth:`LogCollector._catalog`) and a hit adds ``vllm_message`` (``EVENT:ENTRY_ID``), the event's marker
+and the entry's numbers, except signals an EVENTS handler already added from the same line.
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ from typing import Callable
 
 import ahocorasick_rs
 
+from .. import catalog
 from ..bundle import Bundle, InputInfo
 from ..errors import InputError
+from ..signals import SIGNALS
 from .logread import MAX_LINE_BYTES, RecordReader, open_log, order_paths, redact
 
 GIB = 1024 ** 3
@@ -171,7 +178,10 @@ _SHELL = re.compile(r"^\s*(?:#|\$ |vllm serve |python3? -m vllm)")
 
 
 def _matches(text: str) -> int:
-    return sum(1 for e in _events_for(text) if e[1].search(text))
+    """How many events read ``text``, plus one when it is a whole catalogued message (the catalogue knows wordings the
+    events do not, e.g. M7 0.11 'reserved 5.67GiB memory' without the space)."""
+    return sum(1 for e in _events_for(text) if e[1].search(text)) + \
+        (1 if _catalog_needle_in(text) and catalog.match(text, partial=False) else 0)
 
 
 def _better_joining(first: bytes, other: bytes) -> bytes:
@@ -243,7 +253,8 @@ class LogCollector:
         self._last_frame_line = -2        # line number of the last traceback frame (its source line follows)
         self._unseen: list[tuple[int, str]] = []  # lines that look like memory trouble but match no event
         self._unseen_count = 0
-        self.needles = event_needles()
+        self.needles = prefilter_needles()
+        self._line_signals: set[str] = set()  # signals added while the current line is dispatched
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, path: str, progress: Callable[[int, int | None], None] | None = None) -> InputInfo:
@@ -426,6 +437,7 @@ class LogCollector:
 
     def _add(self, signal: str, value, line: Line, text: str = "", note: str = "") -> None:
         self._segment_signals.add(signal)
+        self._line_signals.add(signal)
         src = self._src(line) + (f" [{note}]" if note else "")
         self.bundle.add(signal, value, src, t=line.t, text=redact(text) if text else "", segment=self.segment)
 
@@ -449,11 +461,16 @@ class LogCollector:
                 return
         exc = EXC_LINE.match(msg) if ("Error" in msg or "Exception" in msg) else None
         understood = False
+        self._line_signals.clear()
+        stats = False
         for event in _events_for(msg):
             m = event[1].search(msg)
             if m:
                 event[2](self, m, line)
                 understood = True
+                stats = stats or event[0] == "stats"
+        if _catalog_needle_in(msg) and self._catalog(line, stats):
+            understood = True
         if not understood and line.lineno != self._last_frame_line + 1 and _looks_like_trouble(line) \
                 and not _KNOWN_NOT_TROUBLE.search(msg):
             self._unseen_count += 1
@@ -466,6 +483,24 @@ class LogCollector:
             etype = exc.group("type") if exc else "OutOfMemoryError"
             self._add("exception", len(frames), line, text=f"{etype} in {where}" + (f" [{phase}]" if phase else ""))
         self._close_tb = False
+
+    def _catalog(self, line: Line, stats: bool) -> bool:
+        """Match ``line`` against the catalogue of vLLM's memory messages (:mod:`kvdiag.catalog`); on a hit add
+        ``vllm_message`` (text ``EVENT:ENTRY_ID``), the event's marker and the numbers the entry carries, in base
+        units — except the signals an EVENTS handler already added from this line: the same number is never counted
+        twice. ``stats``: the periodic stats handler read the line (its numbers are buffered): nothing is added, and
+        a catalogue entry of event ``stats`` leaves no row either (one such line every few seconds, serving long).
+        Returns whether the catalogue knew the line."""
+        hit = catalog.match(line.msg, level=line.level)
+        if hit is None:
+            return False
+        if stats and hit[0]["event"] == "stats":
+            return True
+        done = set(self._line_signals)
+        for k, (signal, value, text) in enumerate(catalog.observations(*hit)):
+            if k == 0 or (not stats and signal in SIGNALS and signal not in done):
+                self._add(signal, value, line, text=text)
+        return True
 
     def _identity_note(self) -> str:
         """'model NAME (ARCH, multimodal, quantization Q)' from the facts this collector added, or ``""``."""
@@ -657,7 +692,8 @@ def _weights(c: LogCollector, m: re.Match, line: Line) -> None:
     c._new_segment(line, "weights")
     _set_step(c, line, "")
     msg = line.msg
-    c.formats.add("weights line W1 'GB' (0.4-0.7)" if "weights took" in msg else
+    c.formats.add(("weights line W1 'GiB' (0.8-0.9, XPU)" if "GiB" in msg[m.start():m.end()] else
+                   "weights line W1 'GB' (0.4-0.7)") if "weights took" in msg else
                   "weights line W3 'GiB memory and' (0.16+)" if "GiB memory and" in msg else
                   "weights line W2 'GiB and' (0.8-0.11)")
     c._add("weights_bytes", float(m.group(1)) * GIB, line)
@@ -711,12 +747,13 @@ def _m6(c: LogCollector, m: re.Match, line: Line) -> None:
                         (r"([\d.]+) GiB for peak activation", "activation_peak_bytes"),
                         (r"([\d.]+) GiB for non-torch memory", "non_torch_bytes"),
                         (r"([\d.]+) GiB for CUDAGraph memory", "cudagraph_bytes"),
-                        (r"Current kv cache memory in use is ([\d.]+) GiB", "kv_cache_memory_bytes")):
+                        (r"Current kv cache memory in use is ([\d.]+) GiB", "kv_cache_memory_bytes"),
+                        (r"Current kv cache memory in use is (\d+) bytes", "kv_cache_memory_bytes")):
         mm = re.search(pat, rest)
-        if mm:
-            c._add(signal, float(mm.group(1)) * GIB, line)
-    mm = re.search(r"--kv-cache-memory=(\d+)`? \([\d.]+ GiB\) to fit into requested memory", rest)
-    if mm:  # bytes, as vLLM prints them
+        if mm:  # GiB from 0.11; 0.10 prints the KV memory as int bytes ('... in use is N bytes.')
+            c._add(signal, float(mm.group(1)) * (1 if pat.endswith("bytes") else GIB), line)
+    mm = re.search(r"--kv-cache-memory=(\d+)`?(?: \([\d.]+ GiB\))? to fit into requested memory", rest)
+    if mm:  # bytes, as vLLM prints them (0.10 without the '(X GiB)' after)
         c._add("kv_cache_memory_suggested_bytes", float(mm.group(1)), line)
 
 
@@ -1061,7 +1098,8 @@ def _m5(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _m7(c: LogCollector, m: re.Match, line: Line) -> None:
     """M7 'Initial free memory F GiB, reserved K GiB memory for KV Cache as specified by kv_cache_memory_bytes
-    config and skipped memory profiling.' (0.11+, --kv-cache-memory set)."""
+    config and skipped memory profiling.' (--kv-cache-memory set; 0.10 prints 'reserved K.KKGiB memory' without the
+    space, ``worker/worker.py`` and ``v1/worker/gpu_worker.py`` @ 0.10.2)."""
     c._add("gpu_free_at_startup_bytes", float(m.group(1)) * GIB, line)
     c._add("kv_cache_memory_bytes", float(m.group(2)) * GIB, line)
 
@@ -1312,7 +1350,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("v0_prefix_hit_rate", re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%"), _v0_prefix_rate),
     ("preemption", re.compile(r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache "
                               r"space.*total_num_cumulative_preemption=(\d+)"), _preempt),
-    ("W1", re.compile(r"Loading model weights took ([\d.]+) GB"), _weights),
+    ("W1", re.compile(r"Loading model weights took ([\d.]+) Gi?B"), _weights),
     ("W2", re.compile(r"Model loading took ([\d.]+) GiB"), _weights),
     ("M1", re.compile(r"Memory profiling results:"), _m1),
     ("M2a", re.compile(r"total_gpu_memory \(([\d.]+)GiB\) x gpu_memory_utilization \(([\d.]+)\) = ([\d.]+)GiB"),
@@ -1367,7 +1405,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("K13", re.compile(r"Capturing (?:the model for CUDA graphs|cudagraphs for decoding|CUDA graphs? )"), _k13),
     ("M4", re.compile(r"Memory profiling takes [\d.]+ seconds\. Total non KV cache memory"), _m4),
     ("M5", re.compile(r"Initial free memory: ([\d.]+) GiB; Requested memory: ([\d.]+) \(util\), ([\d.]+) GiB"), _m5),
-    ("M7", re.compile(r"Initial free memory ([\d.]+) GiB, reserved ([\d.]+) GiB memory for KV Cache"), _m7),
+    ("M7", re.compile(r"Initial free memory ([\d.]+) GiB, reserved ([\d.]+) ?GiB memory for KV Cache"), _m7),
     ("M9_pool", re.compile(r"CUDA graph pool memory: (-?[\d.]+) GiB \(actual\), (-?[\d.]+) GiB \(estimated\)"),
      _m9_pool),
     ("M10", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"), _m10),
@@ -1410,15 +1448,15 @@ EVENT_VERSIONS: dict[str, str] = {
              "prefix, 'Preemptions' 0.16+, 'Deferred' 0.24+, '{DEV} KV cache usage' and 'Iteration(N):' 0.33",
     "v0_prefix_hit_rate": "V0 0.5-0.10",
     "preemption": "V0 0.4-0.10 (every 50th preemption)",
-    "W1": "0.4-0.7 (V0 and V1)",
+    "W1": "0.4-0.7 'GB' (V0 and V1), 0.8-0.9 'GiB' (worker/xpu_model_runner.py)",
     "W2": "0.8-0.11 ('GiB and S seconds'); 0.16+ W3 ('GiB memory and S seconds')",
     "M1": "0.6.x early releases",
     "M2a": "V0 0.6.6-0.10", "M2b": "V0 0.6.6-0.10",
     "M3": "V1 0.9+ ('{kv:.2f}' to 0.11, rounded from 0.16)",
     "M4": "V1 0.9+ (DEBUG); 0.33 wording 'total consumed'",
     "M5": "V1 0.11+ (DEBUG)",
-    "M6": "V1 0.11+ (DEBUG 0.11-0.24, INFO 0.33; 0.33 'consumed memory')",
-    "M7": "V1 0.11+ (with --kv-cache-memory)",
+    "M6": "V1 0.10+ (0.10 KV memory in bytes; DEBUG 0.11-0.24, INFO 0.33; 0.33 'consumed memory')",
+    "M7": "0.10 ('KGiB' without the space, V0 and V1) and V1 0.11+ (with --kv-cache-memory)",
     "M9": "0.24+", "M9_pool": "0.24+",
     "M10": "0.6+ ('seconds'; 0.24+ 's')",
     "E4": "V1 0.9+ ('on device {device}' 0.16+; 0.33 'the engine's budget after excluding external process's "
@@ -1436,7 +1474,7 @@ EVENT_VERSIONS: dict[str, str] = {
     "K1": "V0 0.4-0.6 K1 '# GPU blocks', V0 0.7-0.10 K2 '# cuda blocks', V1 0.6.6-0.7 K3",
     "K4": "V1 0.8-0.24 (K4); 0.33 merged K6 '... tokens, Maximum concurrency ...'",
     "K5": "V0 0.6-0.10, V1 0.7-0.24 (K5); 0.33 merged K6",
-    "K7": "V1 0.7+", "K9": "0.16+ ('in available GPU memory' 0.16-0.24, 'KV cache memory' 0.33)", "K10": "0.10+", "K11": "0.9+",
+    "K7": "V1 0.7+", "K9": "0.14+ ('in available GPU memory' 0.14-0.31, 'KV cache memory' 0.32+)", "K10": "0.10+", "K11": "0.9+",
     "K12": "0.6+ ('took G GiB'; 0.4-0.5 print no size)",
     "K13": "V0 0.4-0.10; V1 capture progress",
     "E0": "V1 0.8+", "E1": "all", "E2a": "V0 0.4-0.10, V1 0.6.6",
@@ -1554,6 +1592,66 @@ def event_needles() -> list[str]:
     """Every needle of the EVENTS registry plus :data:`EXTRA_NEEDLES` and :data:`TROUBLE_NEEDLES` (the fast path's
     search set: a line with trouble wording is decoded even when no event names it, to be listed if none matches)."""
     return sorted({n for e in _EVENTS_COMPILED for n in e[3]} | set(EXTRA_NEEDLES) | set(TROUBLE_NEEDLES))
+
+
+def _minimal_needles(needles: set[str]) -> list[str]:
+    """``needles`` without those that contain another one (a line holding the longer holds the shorter: the
+    prefilter finds the same lines with a smaller automaton)."""
+    ordered = sorted(needles, key=lambda n: (len(n), n))
+    ac = ahocorasick_rs.AhoCorasick(ordered)
+    return sorted(n for n in ordered if all(ordered[i] == n for i, _s, _e in
+                                            ac.find_matches_as_indexes(n, overlapping=True)))
+
+
+# short words most catalogue needles hold ('... KV cache ...', '... blocks ...', 'CUDA graph'): searched instead of the
+# ~1,300 needles they cover, the prefilter's DFA stays small and fast (measured on 64 MiB of
+# benchmarks/log_throughput.py's log: 1,370 needles 226 MB/s, these + the ~550 uncovered needles 319 MB/s, the
+# EVENTS needles alone 436 MB/s). Each is rare in request / access lines (a line that holds one is only decoded and
+# matched, never misread).
+CATALOG_ANCHORS = ["cache", "Cache", "CACHE", "block", "Block", "graph", "Graph", "CUDA", "cuda", "kv_", "KV", "mamba",
+                   "Mamba", "profil", "Profil", "warmup", "Warmup", "warm up", "Warming", "encoder", "Encoder",
+                   "preempt", "swap", "Swap", "alloc", "Alloc", "max_model_len", "max_num", "gpu_mem", "page", "Page",
+                   "tensor", "Tensor", "buffer", "Buffer", "pool", "Pool", "GiB", "MiB", " GB", "bytes", "slot",
+                   "layer", "Layer", "attention", "Attention", "backend", "sampler", "Sampler", "capture", "Capture",
+                   "shape", "device", "Device", "dtype", "xpected"]
+
+
+@functools.lru_cache(maxsize=1)
+def prefilter_needles() -> list[str]:
+    """The fast path's search set: :func:`event_needles`, and for the catalogue (:func:`kvdiag.catalog.needles`, so a
+    catalogued message no event names is decoded too) :data:`CATALOG_ANCHORS` plus every catalogue needle no anchor or
+    event needle is part of; minus needles that contain another. A line holding a catalogue needle holds one of
+    these."""
+    base = set(event_needles()) | set(CATALOG_ANCHORS)
+    ac = ahocorasick_rs.AhoCorasick(sorted(base))
+    rest = {n for n in map(_plain, catalog.needles()) if not ac.find_matches_as_indexes(n)}
+    return _minimal_needles(base | rest)
+
+
+_UNPLAIN = re.compile(r'[^\x20-\x7e]+|["\\]+')
+
+
+def _plain(needle: str) -> str:
+    """The longest run of ``needle`` that reads the same in raw bytes and in a Docker json-file ``log`` string (which
+    may escape non-ASCII as ``\\uXXXX`` and always escapes quotes and backslashes): ``"🚧kv_cache is None, "`` →
+    ``"kv_cache is None, "``; the needle itself when no run of 4+ characters is left."""
+    if not _UNPLAIN.search(needle):
+        return needle
+    best = max(_UNPLAIN.split(needle), key=len)
+    return best if len(best.strip()) >= 4 else needle
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_matcher() -> ahocorasick_rs.AhoCorasick:
+    # an NFA: it only runs on the few decoded lines, and a DFA of the catalogue's needles would take ~23 MB
+    return ahocorasick_rs.AhoCorasick(_minimal_needles(set(catalog.needles())),
+                                      implementation=ahocorasick_rs.Implementation.ContiguousNFA)
+
+
+def _catalog_needle_in(msg: str) -> bool:
+    """Does ``msg`` hold a needle of the catalogue (a whole template's longest literal or a cut line's prefix)?
+    Only then is :func:`kvdiag.catalog.match` worth calling."""
+    return bool(_catalog_matcher().find_matches_as_indexes(msg[:catalog.MAX_MESSAGE]))
 
 
 _RANGE = re.compile(r"\((\d+\.\d+)(?:-(\d+\.\d+)|\+)\)")
