@@ -205,8 +205,19 @@ def _looks_like_trouble(line: Line) -> bool:
 
 
 def _excerpt(msg: str, width: int = 160) -> str:
+    """``msg`` with its blanks folded, cut to ``width`` characters (``…`` last). Redact before cutting: a cut
+    inside a quoted secret leaves a value the redactor no longer sees whole."""
     msg = " ".join(msg.split())
     return msg if len(msg) <= width else msg[:width - 1] + "…"
+
+
+IDENTITY_CHARS = 200
+"""At most this many characters of a model name, quantisation, architecture or version taken from a log."""
+
+
+def _bounded(text: str) -> str:
+    """``text`` cut to :data:`IDENTITY_CHARS` characters (``…`` last)."""
+    return text if len(text) <= IDENTITY_CHARS else text[:IDENTITY_CHARS - 1] + "…"
 
 
 class LogCollector:
@@ -475,7 +486,7 @@ class LogCollector:
                 and not _KNOWN_NOT_TROUBLE.search(msg):
             self._unseen_count += 1
             if len(self._unseen) < UNSEEN_LISTED:
-                self._unseen.append((line.lineno, redact(_excerpt(msg))))
+                self._unseen.append((line.lineno, _excerpt(redact(msg))))
         if (exc or self._close_tb) and self._frames.get(key):
             frames = self._frames.pop(key)
             phase, func, path = deciding_frame(frames)
@@ -966,8 +977,8 @@ def _oom_old(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _version(c: LogCollector, m: re.Match, line: Line) -> None:
     """Version banner (0.33 'version 0.33.0'), 'vLLM API server version X', 'Initializing a V0 LLM engine (vX)'."""
-    c.version = m.group(1)
-    c._add("vllm_version", None, line, text=m.group(1))
+    c.version = _bounded(m.group(1))
+    c._add("vllm_version", None, line, text=c.version)
     c._new_segment(line, "version")
 
 
@@ -1011,10 +1022,10 @@ def _identity(c: LogCollector, msg: str, line: Line) -> None:
         _model_name(c, line, mm.group(2))
     mm = _QUANT_ARG.search(msg)
     if mm and mm.group(1) not in ("None", "null"):
-        c._add("quantization", None, line, text=mm.group(1))
+        c._add("quantization", None, line, text=_bounded(mm.group(1)))
     mm = _ARCH_ARG.search(msg)
     if mm:
-        c._add("model_architecture", None, line, text=mm.group(1))
+        c._add("model_architecture", None, line, text=_bounded(mm.group(1)))
         _set_multimodal(c, line, is_multimodal_architecture(mm.group(1)))
     if _MM_ARGS.search(msg):
         _set_multimodal(c, line, True)
@@ -1281,7 +1292,7 @@ _MM_NAME = re.compile(r"(?i)(?:^|[-_./])(?:vl|vlm|vision|llava[\w.-]*|omni|audio
 
 
 def _model_name(c: LogCollector, line: Line, name: str) -> None:
-    c._add("model_name", None, line, text=name)
+    c._add("model_name", None, line, text=_bounded(name))
     if _MM_NAME.search(name):
         _set_multimodal(c, line, True)
 
@@ -1299,7 +1310,7 @@ def _architecture(c: LogCollector, m: re.Match, line: Line) -> None:
     """'Resolved architecture: X' (``config/__init__.py`` 0.10, ``config/model.py`` 0.11-0.33, INFO) and
     'architectures=[...]' / 'Architectures: [...]' forms: the model's architecture, multimodal or not."""
     arch = m.group(1)
-    c._add("model_architecture", None, line, text=arch)
+    c._add("model_architecture", None, line, text=_bounded(arch))
     _set_multimodal(c, line, is_multimodal_architecture(arch))
 
 

@@ -335,22 +335,36 @@ def _servers(out: _Text, report: Report) -> None:
             out.para(f"note: {n}", "")
 
 
+def _redact_values(value):
+    """``value`` (the report's dict) with every string in it, keys too, passed through
+    :func:`kvdiag.collect.logread.redact`."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_redact_values(k): _redact_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_values(v) for v in value]
+    return value
+
+
 def render_json(report: Report) -> str:
-    """One JSON object (schema_version 1), NaN written as null."""
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """One JSON object (schema_version 1), NaN written as null. Every string value is redacted before it is
+    serialised (redacting the serialised text would eat the backslash of an escaped quote: not JSON)."""
+    return json.dumps(_redact_values(report.to_dict()), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 from .markdown import render_markdown  # noqa: E402  (issue 6: incident tickets)
 
 
 def _redacted(render):
-    """A renderer whose output passes :func:`kvdiag.collect.logread.redact` last: no secret in any report."""
+    """A renderer whose output passes :func:`kvdiag.collect.logread.redact` last: no secret in any report (its
+    control characters are kept: the text renderer's colours; each text was cleaned of them on its way in)."""
     def run(report: Report, **layout) -> str:
-        return redact(render(report, **layout))
+        return redact(render(report, **layout), controls=False)
 
     run.__doc__ = render.__doc__
     return run
 
 
-RENDERERS = {"text": _redacted(render_text), "json": _redacted(render_json), "markdown": _redacted(render_markdown)}
+RENDERERS = {"text": _redacted(render_text), "json": render_json, "markdown": _redacted(render_markdown)}
 """``RENDERERS[fmt](report)``; the text renderer also takes ``width`` and ``color`` (see :func:`terminal_layout`)."""
