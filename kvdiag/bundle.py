@@ -104,6 +104,15 @@ class Bundle:
         if self._memo:
             self._memo = {}
 
+    def discard_from(self, mark: int) -> None:
+        """Drop the observations added since ``len(self) == mark`` (a line whose handler failed part-way)."""
+        for row in reversed(self._rows[mark:]):
+            self._by_signal[row[0]].pop()
+        del self._rows[mark:]
+        self._frame = None
+        self._sig_frames = {}
+        self._memo = {}
+
     def extend(self, signal: str, points: list[tuple[float, float, str]]) -> None:
         """Append many observations of one signal at once: ``points`` = ``[(t, value, source), ...]`` in order.
 

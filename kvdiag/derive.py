@@ -6,6 +6,7 @@ Rules only compare signals to thresholds; every formula lives here, with its own
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -136,22 +137,62 @@ def oom_phase(df: pd.DataFrame, oom: pd.Series) -> tuple[str, str]:
         log lines it rests on.
     """
     phase, seq, seg = str(oom["text"] or "unknown"), int(oom["seq"]), int(oom["segment"])
-    if phase in ("profile", "unknown"):
-        mm = _before(df, seq, _MM_SIGNALS)
-        if not mm.empty:
-            return "encoder", f"after the multimodal profiling line {mm['source'].iloc[-1]}"
-    if phase != "unknown":
-        return phase, ""
+    mm = _before(df, seq, _MM_SIGNALS)
     served = _before(df, seq, _SERVING_SIGNALS, seg)
     graphs = _before(df, seq, ("cudagraph_bytes",), seg)
-    if not graphs.empty and served.empty:
-        return "sampler", (f"after the CUDA-graph accounting {graphs['source'].iloc[-1]} and before any request "
-                           "was served: the sampler warm-up follows graph capture")
     weights = _before(df, seq, ("weights_bytes",), seg)
-    if not weights.empty and _before(df, seq, _POOL_SIGNALS, seg).empty and served.empty:
-        return "profile", (f"after the weights loaded ({weights['source'].iloc[-1]}) and before a KV pool was "
+    return _settle_phase(phase, mm["source"].iloc[-1] if not mm.empty else None, not served.empty,
+                         graphs["source"].iloc[-1] if not graphs.empty else None,
+                         weights["source"].iloc[-1] if not weights.empty else None,
+                         not _before(df, seq, _POOL_SIGNALS, seg).empty)
+
+
+def _settle_phase(phase: str, mm: str | None, served: bool, graphs: str | None, weights: str | None,
+                  pool: bool) -> tuple[str, str]:
+    """:func:`oom_phase`'s rules on what came before the OOM: the source of the last multimodal profiling line (any
+    segment), whether its segment served, the sources of its last CUDA-graph and weights lines, whether it sized a
+    pool (``None`` / ``False``: none)."""
+    if phase in ("profile", "unknown") and mm is not None:
+        return "encoder", f"after the multimodal profiling line {mm}"
+    if phase != "unknown":
+        return phase, ""
+    if graphs is not None and not served:
+        return "sampler", (f"after the CUDA-graph accounting {graphs} and before any request "
+                           "was served: the sampler warm-up follows graph capture")
+    if weights is not None and not pool and not served:
+        return "profile", (f"after the weights loaded ({weights}) and before a KV pool was "
                            "sized: the profile run follows model loading")
     return phase, ""
+
+
+def _oom_phase_rows(df: pd.DataFrame) -> list[tuple[dict, str, str]]:
+    """Every ``cuda_oom`` row of ``df`` with its :func:`oom_phase` ``(phase, why)``, in one pass over the rows in
+    ``seq`` order (the same answer as calling :func:`oom_phase` per OOM, linear in the rows, not quadratic)."""
+    names = set(_MM_SIGNALS) | set(_SERVING_SIGNALS) | set(_POOL_SIGNALS) | {"cudagraph_bytes", "weights_bytes",
+                                                                               "cuda_oom"}
+    rows = df[df["signal"].isin(names)].sort_values("seq")
+    mm: str | None = None
+    served: set[int] = set()
+    pool: set[int] = set()
+    graphs: dict[int, str] = {}
+    weights: dict[int, str] = {}
+    out = []
+    for row in rows.itertuples(index=False):
+        sig, seg = row.signal, int(row.segment)
+        if sig == "cuda_oom":
+            out.append((row._asdict(), *_settle_phase(str(row.text or "unknown"), mm, seg in served, graphs.get(seg),
+                                            weights.get(seg), seg in pool)))
+        if sig in _MM_SIGNALS:
+            mm = row.source
+        if sig in _SERVING_SIGNALS:
+            served.add(seg)
+        if sig in _POOL_SIGNALS:
+            pool.add(seg)
+        if sig == "cudagraph_bytes":
+            graphs[seg] = row.source
+        if sig == "weights_bytes":
+            weights[seg] = row.source
+    return out
 
 
 def activation_from_peak_torch(peak_torch: float, weights: float) -> float:
@@ -190,9 +231,7 @@ def _oom_phases(bundle: Bundle) -> None:
     for), so evidence reads "oom_tried_bytes (max) = 3.82 GiB", never a phase in GiB."""
     if not bundle.has("cuda_oom"):
         return
-    df = bundle.frame()
-    for _, row in df[df["signal"] == "cuda_oom"].iterrows():
-        phase, why = oom_phase(df, row)
+    for row, phase, why in _oom_phase_rows(bundle.frame()):
         src = row["source"] if not why else f"derived: OOM at {row['source']} {why}"
         bundle.add("cuda_oom_phase", row["value"], src, t=None if pd.isna(row["t"]) else float(row["t"]),
                    text=phase, segment=int(row["segment"]))
@@ -208,6 +247,20 @@ def _mm_worst_case(bundle: Bundle) -> None:
                    t=None if pd.isna(row["t"]) else float(row["t"]), segment=int(row["segment"]))
 
 
+_FRAME_PHASE = re.compile(r" \[(\w+)\]$")
+
+
+def _frames_name_another_step(rows: pd.DataFrame) -> bool:
+    """Whether an ``exception`` row of ``rows`` (text ``TYPE in FUNC (FILE) [PHASE]``, the collector's reading of the
+    traceback frames) names a phase other than the profile run: then the frames say which step died (e.g.
+    ``capture_model`` → CUDA-graph capture) and the order of start-up steps must not claim the profile run."""
+    for text in rows.loc[rows["signal"] == "exception", "text"]:
+        m = _FRAME_PHASE.search(str(text or ""))
+        if m and m.group(1) != "profile":
+            return True
+    return False
+
+
 def _startup_crashes(bundle: Bundle) -> None:
     """``startup_crash`` (text ``after_weights_before_kv``): a traceback in a start-up segment that loaded its
     weights, sized no KV pool, served nothing and printed no failure kvdiag knows (no OOM text, no KV-capacity
@@ -221,6 +274,8 @@ def _startup_crashes(bundle: Bundle) -> None:
         first = rows.iloc[0]
         weights = _before(df, int(first["seq"]), ("weights_bytes",), int(seg))
         if weights.empty or in_seg["signal"].isin(_FAILURE_SIGNALS + _POOL_SIGNALS + _SERVING_SIGNALS).any():
+            continue
+        if _frames_name_another_step(in_seg):
             continue
         bundle.add("startup_crash", 1, f"derived: traceback at {first['source']} after the weights loaded "
                                        f"({weights['source'].iloc[-1]}), no KV pool sized, no OOM text",

@@ -266,6 +266,7 @@ class LogCollector:
         self._unseen_count = 0
         self.needles = prefilter_needles()
         self._line_signals: set[str] = set()  # signals added while the current line is dispatched
+        self._bad_number_notes: list[str] = []  # notes for lines skipped for a malformed number, this file
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, path: str, progress: Callable[[int, int | None], None] | None = None) -> InputInfo:
@@ -340,8 +341,14 @@ class LogCollector:
                 info.notes.append(f"vLLM version from the line format: {guess}")
         if len(self._engines) > 1:
             info.notes.append(f"{len(self._engines)} engines (data parallel): KV usage by max, counts by sum")
-        if info.skipped:
-            info.notes.append(f"skipped {info.skipped} editorial note line(s) starting '# ['")
+        if info.skipped - self._bad_numbers:
+            info.notes.append(f"skipped {info.skipped - self._bad_numbers} editorial note line(s) starting '# ['")
+        info.notes.extend(self._bad_number_notes)
+        if self._bad_numbers > len(self._bad_number_notes):
+            info.notes.append(f"… and {self._bad_numbers - len(self._bad_number_notes):,} more line(s) with a "
+                              "number kvdiag cannot read, skipped")
+        self._bad_numbers = 0
+        self._bad_number_notes = []
         if self._out_of_domain:
             info.notes.append(f"{self._out_of_domain} stats-line value(s) out of their domain (negative, or a "
                               "percentage above 100) skipped")
@@ -350,6 +357,7 @@ class LogCollector:
         return info
 
     _skipped = 0
+    _bad_numbers = 0  # lines of this file skipped for a number a handler could not read
     _out_of_domain = 0  # stats-line values skipped as impossible, this file
     _headers = 0  # lines of the current file with a vLLM log header
     _close_tb = False
@@ -474,10 +482,17 @@ class LogCollector:
         understood = False
         self._line_signals.clear()
         stats = False
+        mark = len(self.bundle)
         for event in _events_for(msg):
             m = event[1].search(msg)
             if m:
-                event[2](self, m, line)
+                try:
+                    event[2](self, m, line)
+                except (ValueError, OverflowError) as e:  # a malformed number ('1.2.3', ',,,'): skip the line
+                    self.bundle.discard_from(mark)
+                    self._bad_number(line, m, e)
+                    self._close_tb = False
+                    return
                 understood = True
                 stats = stats or event[0] == "stats"
         if _catalog_needle_in(msg) and self._catalog(line, stats):
@@ -494,6 +509,23 @@ class LogCollector:
             etype = exc.group("type") if exc else "OutOfMemoryError"
             self._add("exception", len(frames), line, text=f"{etype} in {where}" + (f" [{phase}]" if phase else ""))
         self._close_tb = False
+
+    def _bad_number(self, line: Line, m: re.Match, e: Exception) -> None:
+        """A handler's ``float()`` / ``int()`` refused a captured number: the line is skipped (counted, a note
+        naming file:line and the text)."""
+        self._skipped += 1
+        self._bad_numbers += 1
+        if len(self._bad_number_notes) < UNSEEN_LISTED:
+            text = str(e).rsplit(": ", 1)[-1] if isinstance(e, ValueError) else "a number too large"
+            for g in m.groups():  # the captured text that is no number, as the log wrote it
+                if g and any(ch.isdigit() or ch in ".," for ch in g):
+                    try:
+                        float(g.replace(",", ""))
+                    except ValueError:
+                        text = repr(g)
+                        break
+            self._bad_number_notes.append(f"{self._name}:{line.lineno}: a number kvdiag cannot read: "
+                                          f"{redact(text[:80])} (line skipped)")
 
     def _catalog(self, line: Line, stats: bool) -> bool:
         """Match ``line`` against the catalogue of vLLM's memory messages (:mod:`kvdiag.catalog`); on a hit add
@@ -1355,12 +1387,17 @@ def _step_clear(c: LogCollector, m: re.Match, line: Line) -> None:
 
 _SZ = r"([\d.]+) (GiB|MiB|KiB|bytes|GB|MB)"
 
+# A '.*' between two literals is tempered ('(?:(?!FIRST).)*'): it never runs past the next start of the first literal,
+# so a line repeating that literal is searched in linear time, not quadratic (a 1.1 MB line of 'CUDA out of
+# memory. ' took 57 s); every line the plain '.*' matched still matches (from the last start before the second).
 EVENTS: list[tuple[str, re.Pattern, Callable]] = [
-    ("stats", re.compile(r"Avg prompt throughput: [\d.]+ tokens/s|Iteration\(\d+\):.*KV cache usage|"
+    ("stats", re.compile(r"Avg prompt throughput: [\d.]+ tokens/s|"
+                         r"Iteration\(\d+\):(?:(?!Iteration\(\d).)*?KV cache usage|"
                          r"Throughput: [\d.]+ tokens/s, Running: \d+ reqs"), _stats),
     ("v0_prefix_hit_rate", re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%"), _v0_prefix_rate),
     ("preemption", re.compile(r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache "
-                              r"space.*total_num_cumulative_preemption=(\d+)"), _preempt),
+                              r"space(?:(?!is preempted by PreemptionMode\.).)*total_num_cumulative_preemption=(\d+)"),
+     _preempt),
     ("W1", re.compile(r"Loading model weights took ([\d.]+) Gi?B"), _weights),
     ("W2", re.compile(r"Model loading took ([\d.]+) GiB"), _weights),
     ("M1", re.compile(r"Memory profiling results:"), _m1),
@@ -1397,7 +1434,8 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("E6", re.compile(r"CUDA out of memory occurred when warming up (?:sampler|pooler)"), _e6),
     ("W4", re.compile(r"Failed to load model - not enough GPU memory"), _w4),
     ("traceback", re.compile(r"^\s*Traceback \(most recent call last\):"), _traceback),
-    ("oom_others", re.compile(r"CUDA out of memory\..*Process \d+ has [\d.]+ \w+ memory in use"), _oom_others),
+    ("oom_others", re.compile(r"CUDA out of memory\.(?:(?!CUDA out of memory\.).)*?Process \d+ has [\d.]+ \w+ memory in use"),
+     _oom_others),
     ("mm_profile_warning", re.compile(r"is too short to hold the multi-modal embeddings in the worst case \((\d+) "
                                       r"tokens in total"), _mm_warning),
     ("mm_profile_run", re.compile(r"Starting profile run for multi-modal models"), _mm_run),
