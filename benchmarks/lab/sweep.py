@@ -133,10 +133,28 @@ def load_labeller():
 
 
 # --- stage 1: generate --------------------------------------------------------------------------------
+_RUNNING: set[subprocess.Popen] = set()  # bounded subprocesses of the generate stage, killed on an interrupt
+_RUNNING_LOCK = threading.Lock()
+
+
+_INTERRUPTED = threading.Event()
+
+
+def _kill_running() -> None:
+    _INTERRUPTED.set()
+    with _RUNNING_LOCK:
+        for proc in list(_RUNNING):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None) -> tuple[int, str, str, float]:
+    """Run ``cmd`` in its own session (killed whole on timeout or interrupt) → ``(rc, stdout, stderr, seconds)``."""
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
                             start_new_session=True)
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
     try:
         so, se = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -148,6 +166,9 @@ def _run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: P
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
     return proc.returncode, so, se, time.monotonic() - t0
 
 
@@ -160,6 +181,8 @@ def generate(table: Path, names: list[str], out: Path, jobs: int, twin_python: s
     def one(name: str) -> None:
         cmd = [twin_python, str(TWIN_DIR / "twin.py"), "--scenarios", str(table), "run", name, "--out", str(out)]
         rc, so, se, wall = _run_bounded(cmd, TWIN_TIMEOUT, env=env)
+        if _INTERRUPTED.is_set():
+            return  # killed by the interrupt: nothing to record, a re-run makes it again
         ok = (out / name / "truth.json").exists()
         failed = [ln.strip() for ln in se.splitlines() if "CHECK FAILED" in ln]
         rec = {"stage": "twin", "case": name, "rc": rc, "wall_s": round(wall, 1), "kept": ok,
@@ -199,6 +222,7 @@ def _thread_map(fn, items: list, jobs: int) -> None:
         except BaseException:
             for f in futs:
                 f.cancel()
+            _kill_running()  # the threads' subprocesses end, so the pool's exit does not wait for them
             raise
 
 
@@ -344,11 +368,17 @@ class Pool:
         return cf.ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_init, max_tasks_per_child=200)
 
     def kill(self) -> None:
-        procs = list(getattr(self.ex, "_processes", {}).values())
+        procs = list((getattr(self.ex, "_processes", None) or {}).values())
         self.ex.shutdown(wait=False, cancel_futures=True)
+        for p in procs:  # SIGTERM first: kvdiag ends its run and task_live stops its replay server
+            with contextlib.suppress(Exception):
+                p.terminate()
+        deadline = time.monotonic() + 3.0
         for p in procs:
             with contextlib.suppress(Exception):
-                p.kill()
+                p.join(max(0.0, deadline - time.monotonic()))
+                if p.is_alive():
+                    p.kill()
 
     def run(self, jobs: list[tuple], on_done, timeout: float = KVDIAG_TIMEOUT) -> None:
         """``jobs``: ``(key, fn, args)``; ``on_done(key, result)`` in the parent as each finishes."""
@@ -693,6 +723,21 @@ def write_report(out: Path, names: list[str], path: Path, family_re: str, lookal
         for row in rows:
             w(f"| **{row}** | " + " | ".join(str(m[(row, c)]) if m[(row, c)] else "·" for c in cols) + " |")
         w("")
+    # --- per family
+    if combos:
+        w("### Share right per family")
+        w("")
+        w("| family | scenarios | " + " | ".join(f"{m} {nm.upper()}" for m, nm in combos) + " |")
+        w("| --- | ---: | " + " | ".join("---:" for _ in combos) + " |")
+        for fam in sorted(fams):
+            cells = []
+            for mode, nm in combos:
+                rs = [latest[(n, mode, nm)] for n in fams[fam] if (n, mode, nm) in latest]
+                ok = sum(1 for n in fams[fam] if (n, mode, nm) in latest
+                         and latest[(n, mode, nm)].get("primary") == cases[n]["class"])
+                cells.append(f"{ok}/{len(rs)}" if rs else "–")
+            w(f"| {fam} | {len(fams[fam])} | " + " | ".join(cells) + " |")
+        w("")
     # --- look-alikes
     looks = [(n, mode, nm, r) for n, mode, nm, r in misses if cases[n]["lookalike"] and r.get("primary")
              not in NOT_INCIDENT]
@@ -948,6 +993,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored
     stages: dict[str, tuple[float, int]] = {}
     t_all = time.monotonic()
     try:
