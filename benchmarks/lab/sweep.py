@@ -826,16 +826,25 @@ def write_report(out: Path, names: list[str], path: Path, family_re: str, lookal
       "prefix-cache queries.")
     w("")
     if misses:
-        w("| scenario | family | mode | names | truth (labeller's reason) | kvdiag primary (confidence) | kvdiag's "
+        w("One row per scenario and wrong verdict; *where* lists every mode and names that gave it (the message is "
+          "the first of those runs').")
+        w("")
+        w("| scenario | family | where | truth (labeller's reason) | kvdiag primary (confidence) | kvdiag's "
           "primary finding | usage peak | occupancy | preemptions | waiting peak | hit rate | eviction-miss share |")
-        w("| --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for n, mode, nm, r in sorted(misses, key=lambda x: (cases[x[0]]["family"], x[0], MODES.index(x[1]), x[2])):
+        w("| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        grouped: dict[tuple, list] = defaultdict(list)
+        for n, mode, nm, r in misses:
+            grouped[(n, r.get("primary"), r.get("confidence") or "–")].append((mode, nm, r))
+        for (n, prim, conf), runs in sorted(grouped.items(), key=lambda x: (cases[x[0][0]]["family"], x[0])):
+            runs.sort(key=lambda x: (MODES.index(x[0]), NAMES.index(x[1])))
+            where = "; ".join(f"{m} {'/'.join(nm.upper() for mm, nm, _ in runs if mm == m)}"
+                              for m in MODES if any(mm == m for mm, _, _ in runs))
+            r = runs[0][2]
             c, fg = cases[n], cases[n]["figures"]
             msg = r.get("message") or r.get("summary") or r.get("stderr", "").strip()[-200:]
-            w(f"| {n} | {c['family']} | {mode} | {nm.upper()} | {c['class']} ({_md(c['reason'])}) | "
-              f"{r.get('primary')} ({r.get('confidence') or '–'}) | {_md(msg[:200])} | {_f(fg['usage_peak'], 3)} | "
-              f"{_f(fg['occupancy'], 3)} | {_f(fg['preemptions'])} | {_f(fg['waiting_peak'])} | "
-              f"{_f(fg['hit_rate'], 3)} | {_f(fg['evict_miss_share'], 3)} |")
+            w(f"| {n} | {c['family']} | {where} | {c['class']} ({_md(c['reason'])}) | {prim} ({conf}) | "
+              f"{_md(msg[:200])} | {_f(fg['usage_peak'], 3)} | {_f(fg['occupancy'], 3)} | {_f(fg['preemptions'])} | "
+              f"{_f(fg['waiting_peak'])} | {_f(fg['hit_rate'], 3)} | {_f(fg['evict_miss_share'], 3)} |")
     else:
         w("None.")
     w("")
