@@ -9,10 +9,11 @@ Run by hand (never by the test suite)::
 
 Stages (each resumable; a re-run does only what is missing):
 
-1. **generate**: ``twin.py --scenarios TABLE run NAME --out DIR`` per scenario not yet in DIR (a case is complete
-   when ``DIR/NAME/truth.json`` exists), ``--jobs`` at a time; then ``convert_v0.py`` (``DIR/NAME-v0``, complete
+1. **generate**: every scenario not yet in DIR (a case is complete when ``DIR/NAME/truth.json`` exists) through
+   ``benchmarks/lab/forkrun.py`` (vLLM imported once per job; ``--runner twin``: one ``twin.py run NAME`` per
+   scenario, ``--jobs`` at a time, each with its own timeout); then ``convert_v0.py`` (``DIR/NAME-v0``, complete
    when its ``NOTICE.txt`` exists). A twin exit of 3 means the scenario's ``checks`` failed: the case is kept and
-   the failure noted in ``DIR/generate.jsonl``.
+   the failure noted in ``DIR/generate.jsonl`` (and, from truth.json, in the report).
 2. **recording**: ``metrics/NNNN.prom`` + ``times.csv`` → ``recording.om`` (OpenMetrics, every sample stamped
    with its page's Unix time, ``# EOF``), parsed with prometheus-client and written by kvdiag's own
    :class:`kvdiag.record.Recorder`, so the file is what ``kvdiag record`` would have written;
@@ -170,11 +171,75 @@ def _run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: P
     return proc.returncode, so, se, time.monotonic() - t0
 
 
-def generate(table: Path, names: list[str], out: Path, jobs: int, twin_python: str) -> None:
+FORKRUN = ROOT / "benchmarks" / "lab" / "forkrun.py"
+FORKRUN_LINE = re.compile(r"^\s*\[(\d+)\] (\S+) exit (-?\d+) in ([\d.]+)s")
+FORKRUN_PER_CASE_S = 600.0  # the bound of a forkrun batch: this many seconds per case and job, at least an hour
+
+
+def generate_forkrun(table: Path, todo: list[str], out: Path, jobs: int, twin_python: str) -> None:
+    """All ``todo`` scenarios through ``benchmarks/lab/forkrun.py`` (vLLM imported once per job, one fork per
+    scenario); its per-case lines go to ``DIR/generate.jsonl``. Bounded as a whole (a hung case stalls its job)."""
+    genlog = out / "generate.jsonl"
+    bound = max(3600.0, FORKRUN_PER_CASE_S * len(todo) / max(1, jobs))
+    cmd = [twin_python, str(FORKRUN), "--scenarios", str(table), "--out", str(out), "--jobs", str(jobs),
+           "--twin", str(TWIN_DIR / "twin.py"), *todo]
+    env = {**os.environ, "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
+    summaries: dict[str, str] = {}
+    failures: dict[str, str] = {}
+
+    def read_stdout():
+        for line in proc.stdout:
+            name = line.split(":", 1)[0]
+            summaries[name] = line.strip()
+
+    th = threading.Thread(target=read_stdout, daemon=True)
+    th.start()
+    timer = threading.Timer(bound, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
+    done = 0
+    try:
+        for line in proc.stderr:
+            m = FORKRUN_LINE.match(line)
+            if m:
+                name, rc, wall = m.group(2), int(m.group(3)), float(m.group(4))
+                done += 1
+                ok = (out / name / "truth.json").exists()
+                rec = {"stage": "twin", "runner": "forkrun", "case": name, "rc": rc, "wall_s": wall, "kept": ok,
+                       "summary": summaries.get(name, "")}
+                if name in failures:
+                    rec["stderr_tail"] = failures[name][-1500:]
+                append_jsonl(genlog, rec)
+                what = {0: "ok", 3: "checks failed"}.get(rc, f"FAILED rc={rc}")
+                log(f"  twin {name}: {what} ({wall:.1f} s) [{done}/{len(todo)}]"
+                    f"{'' if ok else ' - no truth.json, case dropped'}")
+            elif ": FAILED (" in line:
+                failures[line.split(":", 1)[0]] = line.strip()
+        proc.wait()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        timer.cancel()
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+    if proc.returncode not in (0,) and done < len(todo):
+        log(f"  forkrun ended with rc {proc.returncode} after {done} of {len(todo)} case(s)")
+
+
+def generate(table: Path, names: list[str], out: Path, jobs: int, twin_python: str, runner: str = "auto") -> None:
     env = {**os.environ, "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu")}
     todo = [n for n in names if not (out / n / "truth.json").exists()]
     log(f"generate: {len(names) - len(todo)} of {len(names)} case(s) already there, {len(todo)} to run")
     genlog = out / "generate.jsonl"
+    if todo and (runner == "forkrun" or (runner == "auto" and FORKRUN.exists())):
+        generate_forkrun(table, todo, out, jobs, twin_python)
+        todo = []
 
     def one(name: str) -> None:
         cmd = [twin_python, str(TWIN_DIR / "twin.py"), "--scenarios", str(table), "run", name, "--out", str(out)]
@@ -1043,6 +1108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", type=Path)
     ap.add_argument("--rejudge", action="store_true", help="redo the kvdiag runs of --modes (no regeneration)")
     ap.add_argument("--no-generate", action="store_true", help="judge only what is already in --out")
+    ap.add_argument("--runner", choices=("auto", "forkrun", "twin"), default="auto",
+                    help="generate with benchmarks/lab/forkrun.py (auto: when it exists) or one twin.py run per case")
     ap.add_argument("--family-regex", default=FAMILY_RE, help=f"family name in a description (default {FAMILY_RE!r})")
     ap.add_argument("--lookalike-regex", default=LOOKALIKE_RE,
                     help=f"a description matching this marks a look-alike (default {LOOKALIKE_RE!r})")
@@ -1082,7 +1149,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.no_generate:
             t0 = time.monotonic()
             generate(a.scenarios.resolve(), names, out, a.jobs,
-                     os.environ.get("TWIN_PYTHON", "/work/twin-venv/bin/python"))
+                     os.environ.get("TWIN_PYTHON", "/work/twin-venv/bin/python"), a.runner)
             stages["generate (twin + convert_v0)"] = (time.monotonic() - t0, len(names))
         run_modes(out, names, modes, a.jobs, a.live_jobs or a.jobs, a.page_ms, a.rejudge, stages)
     except KeyboardInterrupt:
