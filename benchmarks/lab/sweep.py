@@ -232,10 +232,13 @@ def generate_forkrun(table: Path, todo: list[str], out: Path, jobs: int, twin_py
         log(f"  forkrun ended with rc {proc.returncode} after {done} of {len(todo)} case(s)")
 
 
-def generate(table: Path, names: list[str], out: Path, jobs: int, twin_python: str, runner: str = "auto") -> None:
+def generate(table: Path | None, names: list[str], out: Path, jobs: int, twin_python: str, runner: str = "auto",
+             twin: bool = True) -> None:
+    """Run the twin for the cases not in ``out`` (unless ``twin`` is false), then convert_v0 where missing."""
     env = {**os.environ, "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu")}
-    todo = [n for n in names if not (out / n / "truth.json").exists()]
-    log(f"generate: {len(names) - len(todo)} of {len(names)} case(s) already there, {len(todo)} to run")
+    todo = [n for n in names if not (out / n / "truth.json").exists()] if twin else []
+    if twin:
+        log(f"generate: {len(names) - len(todo)} of {len(names)} case(s) already there, {len(todo)} to run")
     genlog = out / "generate.jsonl"
     if todo and (runner == "forkrun" or (runner == "auto" and FORKRUN.exists())):
         generate_forkrun(table, todo, out, jobs, twin_python)
@@ -1107,7 +1110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="recording,live,prometheus,log")
     ap.add_argument("--report", type=Path)
     ap.add_argument("--rejudge", action="store_true", help="redo the kvdiag runs of --modes (no regeneration)")
-    ap.add_argument("--no-generate", action="store_true", help="judge only what is already in --out")
+    ap.add_argument("--no-generate", action="store_true", help="run no twin: judge the cases already in --out "
+                    "(their V0 copies are still made where missing)")
     ap.add_argument("--runner", choices=("auto", "forkrun", "twin"), default="auto",
                     help="generate with benchmarks/lab/forkrun.py (auto: when it exists) or one twin.py run per case")
     ap.add_argument("--family-regex", default=FAMILY_RE, help=f"family name in a description (default {FAMILY_RE!r})")
@@ -1146,11 +1150,11 @@ def main(argv: list[str] | None = None) -> int:
     stages: dict[str, tuple[float, int]] = {}
     t_all = time.monotonic()
     try:
-        if not a.no_generate:
-            t0 = time.monotonic()
-            generate(a.scenarios.resolve(), names, out, a.jobs,
-                     os.environ.get("TWIN_PYTHON", "/work/twin-venv/bin/python"), a.runner)
-            stages["generate (twin + convert_v0)"] = (time.monotonic() - t0, len(names))
+        t0 = time.monotonic()
+        generate(a.scenarios.resolve() if a.scenarios else None, names, out, a.jobs,
+                 os.environ.get("TWIN_PYTHON", "/work/twin-venv/bin/python"), a.runner, twin=not a.no_generate)
+        stages["generate (twin + convert_v0)" if not a.no_generate else "convert_v0"] = (time.monotonic() - t0,
+                                                                                         len(names))
         run_modes(out, names, modes, a.jobs, a.live_jobs or a.jobs, a.page_ms, a.rejudge, stages)
     except KeyboardInterrupt:
         log("interrupted: servers and workers stopped; finished results are kept, re-run to resume")
