@@ -449,6 +449,11 @@ def _live_once(case: str, report: str, page_ms: float) -> dict:
             s.close()
 
 
+def _error(rc: int, why: str) -> dict:
+    return {"rc": rc, "seconds": 0.0, "stderr": why, "primary": "(error)", "severity": "", "confidence": "",
+            "secondary": [], "message": "", "fired": []}
+
+
 class Pool:
     """A process pool of kvdiag workers with a per-task deadline (a stuck worker is killed and replaced)."""
 
@@ -472,13 +477,17 @@ class Pool:
                 if p.is_alive():
                     p.kill()
 
-    def run(self, jobs: list[tuple], on_done, timeout: float = KVDIAG_TIMEOUT) -> None:
-        """``jobs``: ``(key, fn, args)``; ``on_done(key, result)`` in the parent as each finishes."""
+    def run(self, jobs: list[tuple], on_done, timeout: float = KVDIAG_TIMEOUT, isolate: bool = False) -> None:
+        """``jobs``: ``(key, fn, args)``; ``on_done(key, result)`` in the parent as each finishes.
+
+        A run over ``timeout`` gets an error result (its worker is killed, the pool replaced). When a worker dies
+        (crash, OOM kill) every run the pool held fails: the ones it had started (the first unfinished, in submission
+        order) are run again one at a time in a pool of one (``isolate``), where a run that kills its worker again
+        gets an error result; the others go to a new pool."""
         pending = list(jobs)
+        suspects: list[tuple] = []
         while pending:
-            futs = {}
-            for key, fn, args in pending:
-                futs[self.ex.submit(fn, *args)] = (key, fn, args, None)
+            futs = {self.ex.submit(fn, *args): (key, fn, args) for key, fn, args in pending}
             pending = []
             started: dict = {}
             not_done = set(futs)
@@ -486,31 +495,53 @@ class Pool:
                 while not_done:
                     done, not_done = cf.wait(not_done, timeout=1.0, return_when=cf.FIRST_COMPLETED)
                     now = time.monotonic()
+                    broken, broken_alone = [], False
                     for f in done:
-                        key, fn, args, _ = futs[f]
+                        key, fn, args = futs[f]
                         try:
-                            on_done(key, f.result())
-                        except cf.process.BrokenProcessPool as exc:
-                            on_done(key, {"rc": -1, "seconds": 0.0, "stderr": f"worker died: {exc}",
-                                          "primary": "(error)", "severity": "", "confidence": "", "secondary": [],
-                                          "message": "", "fired": []})
+                            res = f.result()
+                        except cf.process.BrokenProcessPool as exc:  # a worker died (crash, OOM kill)
+                            if not isolate:
+                                broken.append((key, fn, args))
+                                continue
+                            res = _error(-1, f"the worker died on this run alone: {exc}")
+                            broken_alone = True
+                        on_done(key, res)
+                    if isolate and broken_alone:
+                        self.kill()
+                        self.ex = self._new()
+                        pending = [futs[f] for f in not_done]
+                        break
+                    if broken:  # runs go to the workers in submission order: the first few unfinished are suspects
+                        left = [job for f, job in futs.items() if f in not_done or job in broken]
+                        n_sus = self.workers + 1  # the executor's workers + its one queued call
+                        suspects += left[:n_sus]
+                        pending = left[n_sus:]
+                        self.kill()
+                        self.ex = self._new()
+                        break
                     for f in not_done:
                         if f.running():
                             started.setdefault(f, now)
                     stuck = [f for f, t in started.items() if f in not_done and now - t > timeout]
                     if stuck:
                         for f in stuck:
-                            key, fn, args, _ = futs[f]
-                            on_done(key, {"rc": -9, "seconds": timeout, "stderr": f"timeout after {timeout:.0f} s",
-                                          "primary": "(error)", "severity": "", "confidence": "", "secondary": [],
-                                          "message": "", "fired": []})
-                        pending = [futs[f][:3] for f in not_done if f not in stuck]
+                            on_done(futs[f][0], _error(-9, f"timeout after {timeout:.0f} s"))
+                        pending = [futs[f] for f in not_done if f not in stuck]
                         self.kill()
                         self.ex = self._new()
                         break
             except BaseException:
                 self.kill()
                 raise
+        if suspects:
+            log(f"  a worker died: {len(suspects)} run(s) again, one at a time")
+            solo = Pool(1)
+            try:
+                for job in suspects:
+                    solo.run([job], on_done, timeout, isolate=True)
+            finally:
+                solo.kill()
 
     def close(self) -> None:
         self.ex.shutdown(wait=True, cancel_futures=True)
