@@ -621,10 +621,20 @@ def result_key(r: dict) -> tuple[str, str, str]:
     return r["case"], r["mode"], r["names"]
 
 
+def truth_mtime(out: Path, name: str, names: str) -> float | None:
+    p = case_dir(out, name, names) / "truth.json"
+    return round(p.stat().st_mtime, 3) if p.exists() else None
+
+
+def current(out: Path, r: dict) -> bool:
+    """A result still describes its case (not made before the case was generated again)."""
+    return r.get("truth_mtime") is None or r["truth_mtime"] == truth_mtime(out, r["case"], r["names"])
+
+
 def run_modes(out: Path, names: list[str], modes: list[str], jobs: int, live_jobs: int, page_ms: float,
               rejudge: bool, stages: dict) -> None:
     results_path = out / "results.jsonl"
-    have = {result_key(r) for r in read_jsonl(results_path)} if not rejudge else set()
+    have = {result_key(r) for r in read_jsonl(results_path) if current(out, r)} if not rejudge else set()
     rep_dir = out / "_reports"
     rep_dir.mkdir(exist_ok=True)
     present = [(n, nm) for n in names for nm in NAMES if (case_dir(out, n, nm) / "truth.json").exists()
@@ -632,7 +642,8 @@ def run_modes(out: Path, names: list[str], modes: list[str], jobs: int, live_job
 
     def done(key, res):
         name, mode, nm = key
-        res.update(case=name, mode=mode, names=nm, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        res.update(case=name, mode=mode, names=nm, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   truth_mtime=truth_mtime(out, name, nm))
         append_jsonl(results_path, res)
         if res.get("primary") == "(error)":
             log(f"  {mode} {name} {nm}: ERROR rc={res['rc']}: {res['stderr'].strip().splitlines()[-1:]}")
@@ -771,7 +782,7 @@ def write_report(out: Path, names: list[str], path: Path, family_re: str, lookal
                                       for c in truth.get("checks", []) if not c.get("ok")]}
     latest: dict[tuple, dict] = {}
     for r in read_jsonl(out / "results.jsonl"):
-        if r.get("case") in cases:
+        if r.get("case") in cases and current(out, r):
             latest[result_key(r)] = r
     gen = {}
     for r in read_jsonl(out / "generate.jsonl"):
