@@ -634,7 +634,8 @@ def current(out: Path, r: dict) -> bool:
 def run_modes(out: Path, names: list[str], modes: list[str], jobs: int, live_jobs: int, page_ms: float,
               rejudge: bool, stages: dict) -> None:
     results_path = out / "results.jsonl"
-    have = {result_key(r) for r in read_jsonl(results_path) if current(out, r)} if not rejudge else set()
+    last = {result_key(r): r for r in read_jsonl(results_path)}
+    have = {k for k, r in last.items() if current(out, r)} if not rejudge else set()
     rep_dir = out / "_reports"
     rep_dir.mkdir(exist_ok=True)
     present = [(n, nm) for n in names for nm in NAMES if (case_dir(out, n, nm) / "truth.json").exists()
@@ -782,8 +783,9 @@ def write_report(out: Path, names: list[str], path: Path, family_re: str, lookal
                                       for c in truth.get("checks", []) if not c.get("ok")]}
     latest: dict[tuple, dict] = {}
     for r in read_jsonl(out / "results.jsonl"):
-        if r.get("case") in cases and current(out, r):
+        if r.get("case") in cases:
             latest[result_key(r)] = r
+    latest = {k: r for k, r in latest.items() if current(out, r)}
     gen = {}
     for r in read_jsonl(out / "generate.jsonl"):
         if r.get("stage") == "twin" and r.get("case") in cases:
