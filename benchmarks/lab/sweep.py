@@ -22,7 +22,8 @@ Stages (each resumable; a re-run does only what is missing):
    compressed 150x for 15 s scrapes), ``kvdiag analyze --metrics-url URL --duration D --interval 100ms``.
 4. **prometheus**: every case's recording with ``scenario``/``names`` (and ``instance``/``job``) labels, loaded
    with ``promtool tsdb create-blocks-from openmetrics`` into one TSDB, one ``prometheus`` on 127.0.0.1, then
-   ``kvdiag analyze --prometheus-url URL --selector '{scenario="NAME",names="v1"}' --since T0 --until T1``.
+   ``kvdiag analyze --prometheus-url URL --selector '{scenario="NAME",names="v1"}' --since T0 --until T1 --step S``
+   (T0, T1: the first and last page's times; S: the case's scrape interval, so the query grid is on the samples).
 5. **log**: ``kvdiag analyze --log vllm.log --format json``.
 
 kvdiag runs in-process (``kvdiag.cli.main``) in a pool of ``--jobs`` worker processes (``--live-jobs`` for the
@@ -89,6 +90,14 @@ def case_dir(out: Path, name: str, names: str) -> Path:
 def read_times(case: Path) -> list[tuple[int, float]]:
     with open(case / "times.csv", newline="") as f:
         return [(int(r["sample"]), float(r["unix_time"])) for r in csv.DictReader(f)]
+
+
+def sample_interval(case: Path) -> float:
+    """Seconds between the case's pages (truth.json ``clock.sample_interval_s``, else from times.csv)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return float(json.loads((case / "truth.json").read_text())["clock"]["sample_interval_s"])
+    t = read_times(case)
+    return round(t[1][1] - t[0][1], 3) if len(t) > 1 else 15.0
 
 
 def load_table(path: Path, with_defaults: bool = False):
@@ -391,9 +400,9 @@ def task_log(case: str, report: str) -> dict:
     return _kvdiag(["analyze", "--log", str(Path(case) / "vllm.log"), "--format", "json"], report)
 
 
-def task_prometheus(case: str, report: str, url: str, selector: str, since: str, until: str) -> dict:
+def task_prometheus(case: str, report: str, url: str, selector: str, since: str, until: str, step: str) -> dict:
     return _kvdiag(["analyze", "--prometheus-url", url, "--selector", selector, "--since", since, "--until", until,
-                    "--step", "15s", "--format", "json"], report)
+                    "--step", step, "--format", "json"], report)
 
 
 def task_live(case: str, report: str, page_ms: float, tries: int = 3) -> dict:
@@ -689,11 +698,14 @@ def run_modes(out: Path, names: list[str], modes: list[str], jobs: int, live_job
                 jobs_ = []
                 for n, nm in items:
                     times = read_times(case_dir(out, n, nm))
-                    since, until = f"{times[0][1] - 1:.3f}", f"{times[-1][1] + 1:.3f}"
+                    # the query_range grid on the samples: from the first page to the last, step = the scrape
+                    # interval (a grid off the samples reads each point's predecessor and never the last page)
+                    since, until = f"{times[0][1]:.3f}", f"{times[-1][1]:.3f}"
+                    step = f"{sample_interval(case_dir(out, n, nm)):g}s"
                     sel = f'{{scenario="{n}",names="{nm}"}}'
                     jobs_.append(((n, "prometheus", nm), task_prometheus,
                                   (str(case_dir(out, n, nm)), str(rep_dir / f"{n}.{nm}.prometheus.json"),
-                                   prom.url, sel, since, until)))
+                                   prom.url, sel, since, until, step)))
                 pool.run(jobs_, done)
                 stages["prometheus"] = (time.monotonic() - t0, len(items))
             log("prometheus: stopped")
@@ -813,7 +825,9 @@ def write_report(out: Path, names: list[str], path: Path, family_re: str, lookal
       "interval becomes 100 ms, 150x), so rates per second seen live are 150x the simulated ones.")
     w("- **prometheus**: all recordings backfilled with `promtool tsdb create-blocks-from openmetrics` into one "
       "real Prometheus (labels `scenario`, `names`, `instance`, `job`), "
-      "`kvdiag analyze --prometheus-url --selector '{scenario=\"NAME\",names=\"v1\"}' --since T0 --until T1 --step 15s`.")
+      "`kvdiag analyze --prometheus-url --selector '{scenario=\"NAME\",names=\"v1\"}' --since T0 --until T1 --step S`, "
+      "T0 and T1 the first and last page's times and S the case's scrape interval, so the query grid falls on the "
+      "samples.")
     w("- **log**: `kvdiag analyze --log vllm.log` alone (a post-mortem without metrics; reported separately).")
     w("")
     w("## How the true class is decided")
@@ -957,6 +971,26 @@ def write_report(out: Path, names: list[str], path: Path, family_re: str, lookal
             w(f"| {n} | {c['family']} | {where} | {c['class']} ({_md(c['reason'])}) | {prim} ({conf}) | "
               f"{_md(msg[:200])} | {_f(fg['usage_peak'], 3)} | {_f(fg['occupancy'], 3)} | {_f(fg['preemptions'])} | "
               f"{_f(fg['waiting_peak'])} | {_f(fg['hit_rate'], 3)} | {_f(fg['evict_miss_share'], 3)} |")
+    else:
+        w("None.")
+    w("")
+    # --- modes that disagree on one case
+    split = []
+    for n in cases:
+        got = {(m, nm): latest[(n, m, nm)].get("primary") for m, nm in combos if (n, m, nm) in latest and m != "log"}
+        if len(set(got.values())) > 1:
+            split.append((n, got))
+    w("## Where the metrics modes disagree")
+    w("")
+    w("The same pages judged from the recording, live and through Prometheus (V1 and V0) should get one verdict; "
+      "these did not (the log mode, which reads other evidence, is left out here).")
+    w("")
+    if split:
+        mcols = [(m, nm) for m, nm in combos if m != "log"]
+        w("| scenario | truth | " + " | ".join(f"{m} {nm.upper()}" for m, nm in mcols) + " |")
+        w("| --- | --- | " + " | ".join("---" for _ in mcols) + " |")
+        for n, got in sorted(split):
+            w(f"| {n} | {cases[n]['class']} | " + " | ".join(str(got.get(c, "–")) for c in mcols) + " |")
     else:
         w("None.")
     w("")
