@@ -57,12 +57,14 @@ def token_occupancy(running: np.ndarray, usage: np.ndarray, pool_tokens: float, 
         return np.where(slots > 0, running * tokens_per_request / slots, np.nan)
 
 
-def thirds_per_second(t: np.ndarray, counter: np.ndarray) -> tuple[float, float]:
+def thirds_per_second(t: np.ndarray, counter: np.ndarray, resets: bool = True) -> tuple[float, float]:
     """Increase per second of a counter in the first and the last third of the window (by time).
 
     Args:
         t: sample times, seconds (shape (n,), increasing).
         counter: the counter's values (shape (n,)); a fall is a reset (the increase restarts from the value).
+        resets: False for a cumulative series rebuilt from a rounded ratio (V0 hit rate × prompt tokens), where a
+            small fall is rounding, not a restart: falls count as no increase.
     Returns:
         (early rate, late rate) in counter units per second; NaN when a third spans no time.
     """
@@ -72,7 +74,8 @@ def thirds_per_second(t: np.ndarray, counter: np.ndarray) -> tuple[float, float]
         m = (t >= lo - 1e-9) & (t <= hi + 1e-9)
         tt, cc = t[m], counter[m]
         dt = tt[-1] - tt[0] if len(tt) >= 2 else 0.0
-        out.append(increase(pd.Series(cc)) / dt if dt > 0 else math.nan)
+        inc = increase(pd.Series(cc)) if resets else float(np.clip(np.diff(cc), 0, None).sum()) if len(cc) >= 2 else 0.0
+        out.append(inc / dt if dt > 0 else math.nan)
     return out[0], out[1]
 
 
@@ -123,20 +126,21 @@ def _occupancy(bundle: Bundle) -> None:
                        f"{DEFAULT_BLOCK_SIZE}, rounded down")
 
 
-def _hits_series(bundle: Bundle) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
-    """(t, hits, queries, how): cumulative prefix-cache hit and query tokens at timed instants."""
+def _hits_series(bundle: Bundle) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, bool] | None:
+    """(t, hits, queries, how, counters): cumulative prefix-cache hit and query tokens at timed instants; counters
+    False when the hits are rebuilt from V0's cumulative rate (falls are rounding, not resets)."""
     df = _aligned(bundle, ("prefix_cache_hits", "prefix_cache_queries"))
     if len(df) >= 4 and df["_t"].notna().all():
         return (df["_t"].to_numpy(float), df["prefix_cache_hits"].to_numpy(float),
                 df["prefix_cache_queries"].to_numpy(float),
-                f"prefix_cache_hits / prefix_cache_queries counters, {df['_src'].iloc[0]} .. {df['_src'].iloc[-1]}")
+                f"prefix_cache_hits / prefix_cache_queries counters, {df['_src'].iloc[0]} .. {df['_src'].iloc[-1]}", True)
     df = _aligned(bundle, ("prefix_cache_hit_rate_cumulative", "prompt_tokens"))
     if len(df) >= 4 and df["_t"].notna().all():
         q = df["prompt_tokens"].to_numpy(float)
         if (np.diff(q) >= 0).all():
             return (df["_t"].to_numpy(float), df["prefix_cache_hit_rate_cumulative"].to_numpy(float) * q, q,
                     f"V0 cumulative hit rate × prompt_tokens_total (V0 queries ∝ prompt tokens), "
-                    f"{df['_src'].iloc[0]} .. {df['_src'].iloc[-1]}")
+                    f"{df['_src'].iloc[0]} .. {df['_src'].iloc[-1]}", False)
     return None
 
 
@@ -146,10 +150,10 @@ def _prefix_rates(bundle: Bundle) -> None:
     got = _hits_series(bundle)
     if got is None:
         return
-    t, hits, queries, how = got
+    t, hits, queries, how, counters = got
     if t[-1] - t[0] <= 0:
         return
-    he, hl = thirds_per_second(t, hits)
+    he, hl = thirds_per_second(t, hits, resets=counters)
     qe, ql = thirds_per_second(t, queries)
     if any(math.isnan(x) for x in (he, hl, qe, ql)):
         return

@@ -107,7 +107,10 @@ class Maker:
         gpu, seqs, batched = r.choice(GPUS)
         # the pool must hold one max_model_len request (vLLM refuses to start otherwise)
         lens = [n for n in (4096, 8192, 16384, 32768) if n <= pool_tokens] or [2048]
-        args = ["--max-model-len", str(r.choice(lens[-2:])), "--disable-uvicorn-access-log"]
+        mml = r.choice(lens[-2:])
+        if mml >= pool_tokens:  # a pool of exactly max_model_len tokens still misses the block vLLM keeps back
+            mml = max(n for n in (1024, 2048, 4096, 8192, 16384) if n < pool_tokens)
+        args = ["--max-model-len", str(mml), "--disable-uvicorn-access-log"]
         if block_size:
             args += ["--block-size", str(block_size)]
         if max_num_seqs:
