@@ -169,6 +169,39 @@ def _prefix_rates(bundle: Bundle) -> None:
                    f"derived: queries/s late {ql:,.1f} / early {qe:,.1f} ({how})")
 
 
+#: usage at or above which a waiting request counts as waiting for the pool (not for a sequence slot or the prefill
+#: budget): a request waits for KV when its next chunk does not fit, which is near a full pool
+WAITING_FULL_USAGE = 0.90
+
+
+def _waiting_when_full(bundle: Bundle) -> None:
+    if bundle.has("num_requests_waiting_when_full"):
+        return
+    # not vllm:num_requests_waiting_by_reason{reason="capacity"}: in 0.33 that is every waiting request that is not
+    # deferred (vllm/v1/metrics/loggers.py: "waiting for scheduling capacity"), max_num_seqs and token budget included
+    df = _aligned(bundle, ("kv_cache_usage", "num_requests_waiting"))
+    if df.empty:
+        w = bundle.signal("num_requests_waiting").dropna(subset=["value"])
+        if w.empty or not bundle.has("kv_cache_usage"):
+            return
+        i = int(w["value"].to_numpy().argmax())
+        bundle.add("num_requests_waiting_when_full", float(w["value"].iloc[i]),
+                   f"derived: most requests waiting, {w['source'].iloc[i]} (no KV usage of the same instant in the input: "
+                   "taken as waiting for the pool)", t=w["t"].iloc[i])
+        return
+    full = df[df["kv_cache_usage"] >= WAITING_FULL_USAGE]
+    if full.empty:
+        bundle.add("num_requests_waiting_when_full", 0.0,
+                   f"derived: KV usage never reached {WAITING_FULL_USAGE:.0%} at an instant with a waiting count "
+                   f"({len(df)} instant(s), {df['_src'].iloc[0]} .. {df['_src'].iloc[-1]})")
+        return
+    i = int(full["num_requests_waiting"].to_numpy().argmax())
+    bundle.add("num_requests_waiting_when_full", float(full["num_requests_waiting"].iloc[i]),
+               f"derived: most requests waiting at an instant with KV usage ≥ {WAITING_FULL_USAGE:.0%} "
+               f"({full['kv_cache_usage'].iloc[i]:.1%}, {full['_src'].iloc[i]}; {len(full)} such instant(s))",
+               t=None if pd.isna(full["_t"].iloc[i]) else float(full["_t"].iloc[i]))
+
+
 def derive_dynamics(bundle: Bundle) -> None:
     """Add, where their inputs exist (in place):
 
@@ -177,7 +210,11 @@ def derive_dynamics(bundle: Bundle) -> None:
       ``block_size_suggested``, ``kv_slots_freed_tokens`` / ``_blocks``, ``kv_extra_requests_fit``;
     * ``prefix_cache_hits_per_second_early`` / ``_late`` / ``_ratio`` and ``prefix_cache_queries_per_second_*``
       (tokens/s; thirds of the window by time; needs timestamped counters, or a V0 cumulative rate with the
-      prompt-token counter).
+      prompt-token counter);
+    * ``num_requests_waiting_when_full`` (requests): the most requests waiting at an instant whose KV usage was
+      ≥ 90 %, so a queue at one instant and a full pool at another are
+      not taken for capacity pressure.
     """
     _occupancy(bundle)
     _prefix_rates(bundle)
+    _waiting_when_full(bundle)

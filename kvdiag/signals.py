@@ -462,6 +462,10 @@ _WINDOW_SIGNALS += [
            "(derived)"),
     Signal("kv_extra_requests_fit", "fact", "requests",
            "more requests of the mean size the freed slots hold with block_size_suggested (derived)"),
+    Signal("num_requests_waiting_when_full", "fact", "requests",
+           "most requests waiting at one instant whose KV usage was at least 90% (the plain waiting count when no "
+           "usage of the same instant exists) (derived)",
+           ("num_requests_waiting + kv_cache_usage_perc of the same instant",)),
     Signal("prefix_cache_hits_per_second_early", "fact", "tokens/s",
            "prefix-cache hit tokens per second in the first third of the window (derived)",
            ("prefix_cache_hits_total (0.9+)", "gpu_prefix_cache_hit_rate × prompt_tokens_total (V0)")),
@@ -605,7 +609,8 @@ _CHECKED_DERIVED = {"prefix_cache_retention_seconds", "kv_block_alloc_tokens_per
                     "hybrid_block_size", "prefix_cache_readmission_preemptions", "kv_token_occupancy",
                     "kv_empty_slots_ratio", "kv_slots_freed_tokens", "kv_slots_freed_blocks", "kv_extra_requests_fit",
                     "prefix_cache_hits_per_second_early", "prefix_cache_hits_per_second_late",
-                    "prefix_cache_queries_per_second_early", "prefix_cache_queries_per_second_late"}
+                    "prefix_cache_queries_per_second_early", "prefix_cache_queries_per_second_late",
+                    "num_requests_waiting_when_full"}
 
 
 def checks_derived_domain(name: str) -> bool:
