@@ -17,7 +17,8 @@ A warning counts as *before* the preemption only at or before that moment; the l
 warning's page time.
 
 Cases whose ``truth.json`` counts preemptions are ramps (lead time measured); cases without are steady (any
-forecast warning there is a false alarm). Summary: share of ramps warned before the first preemption, lead time
+forecast warning there is a false alarm), except those of a family meant to run out (``family=ramp;`` … in the
+description, :data:`RAMP_FAMILIES`) that did not: they are listed apart, with no lead time. Summary: share of ramps warned before the first preemption, lead time
 median and p10, steady cases with a warning. JSON on stdout (or ``--json``), a Markdown table with ``--markdown``.
 """
 
@@ -36,6 +37,16 @@ from kvdiag.analyze import _judge
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import PageInfo, add_page, parse_page
 from kvdiag.engine.model import load_rules
+
+
+RAMP_FAMILIES = ("ramp", "overload", "closed_over")
+"""Families of benchmarks/lab/families.py meant to run out of KV; one that did not preempt has no lead time."""
+
+
+def _family(truth: dict) -> str | None:
+    """``family=NAME;`` at the start of the scenario's description (benchmarks/lab/families.py), else None."""
+    desc = str(truth.get("description") or "")
+    return desc.split(";", 1)[0].removeprefix("family=") if desc.startswith("family=") else None
 
 
 def _times(case: Path) -> dict[int, float]:
@@ -97,10 +108,13 @@ def replay(case: Path, rules, window: float | None = None) -> dict:
     if truth_first is not None:
         bounds.append(serve0 + float(truth_first))
     first_pre = min(bounds) if bounds else None
-    ramp = (truth["totals"].get("preemptions") or 0) > 0
+    family = _family(truth)
+    preempted = (truth["totals"].get("preemptions") or 0) > 0
+    ramp = preempted
+    kind = "ramp" if preempted else ("ramp without preemption" if family in RAMP_FAMILIES else "steady")
     t_any = pages[first_any][0] if first_any is not None else None
     rec = {
-        "case": case.name, "scenario": truth.get("scenario", case.name), "kind": "ramp" if ramp else "steady",
+        "case": case.name, "scenario": truth.get("scenario", case.name), "family": family, "kind": kind,
         "truth_class": truth.get("class"), "pages": len(pages),
         "first_capacity_pressure_s": None if t_any is None else round(t_any - serve0, 1),
         "first_verdict": None if first_any is None else ("warning (forecast)" if first_any == first_warn
@@ -119,6 +133,7 @@ def replay(case: Path, rules, window: float | None = None) -> dict:
         rec["lead_time_s"] = round(first_pre - t_any, 1) if warned else None
     else:
         rec["forecast_warning"] = first_warn is not None
+        rec["capacity_pressure_verdict"] = first_any is not None
     return rec
 
 
@@ -136,6 +151,7 @@ def summarize(records: list[dict]) -> dict:
         "steady_with_forecast_warning": sum(r["forecast_warning"] for r in steady),
         "steady_warned": [r["case"] for r in steady if r["forecast_warning"]],
         "ramps_missed": [r["case"] for r in ramps if not r["warned_before_preemption"]],
+        "ramps_without_preemption": [r["case"] for r in records if r["kind"] == "ramp without preemption"],
     }
 
 
