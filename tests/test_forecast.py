@@ -190,3 +190,71 @@ def test_promtool_runs_the_cap002_cases_and_the_t_condition_decides(tmp_path):
     loose = [_loose_cap002(tmp_path) if r.id == "CAP002" else r for r in rules]
     code, out, _ = run(loose)
     assert code != 0 and "quiet_on_a_noisy_rise" in out          # only the t condition kept it quiet in PromQL too
+
+
+class _RisingPool:
+    """A real prometheus-client /metrics endpoint on 127.0.0.1 whose every scrape is the next instant of a server
+    whose KV usage climbs +1.5 points per 15 s (each sample carries its own timestamp, 15 s after the last one, so a
+    check of a couple of seconds sees minutes of simulated time), nothing waiting or preempted."""
+
+    def __init__(self, start=0.40, step=0.015, t0=1.8e9):
+        from wsgiref.simple_server import WSGIRequestHandler, make_server
+        import threading
+
+        from prometheus_client import CollectorRegistry, make_wsgi_app
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        self.scrapes = 0
+        me = self
+        lab = ["engine", "model_name"]
+
+        class Pool:
+            def collect(self):
+                i = me.scrapes
+                me.scrapes += 1
+                ts = t0 + 15.0 * i
+                for name, value in (("vllm:kv_cache_usage_perc", min(1.0, start + step * i)),
+                                    ("vllm:num_requests_waiting", 0.0), ("vllm:num_requests_running", 10.0 + i)):
+                    fam = GaugeMetricFamily(name, name, labels=lab)
+                    fam.add_metric(["0", "m"], value, timestamp=ts)
+                    yield fam
+                fam = CounterMetricFamily("vllm:num_preemptions", "preemptions", labels=lab)
+                fam.add_metric(["0", "m"], 0.0, timestamp=ts)
+                yield fam
+
+        reg = CollectorRegistry()
+        reg.register(Pool())
+
+        class Q(WSGIRequestHandler):
+            def log_message(self, *a):
+                pass
+
+        self.srv = make_server("127.0.0.1", 0, make_wsgi_app(reg), handler_class=Q)
+        self.url = f"http://127.0.0.1:{self.srv.server_port}/metrics"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.fixture
+def rising_pool():
+    e = _RisingPool()
+    yield e
+    e.close()
+
+
+def test_check_live_endpoint_warns_with_the_minutes_left(kvdiag, rising_pool):
+    res = kvdiag("check", "--metrics-url", rising_pool.url, "--duration", "3s", "--interval", "0.2s")
+    line = res.out.splitlines()[0]
+    n = rising_pool.scrapes
+    assert n >= 9, res.out                              # 8 samples over 2 minutes (simulated) are the minimum
+    assert res.code == 1 and line.startswith("KVDIAG WARNING - capacity_pressure: Forecast:"), res.out
+    # +1.5 points per 15 s = +6.0 %/min; the last sample is 0.40 + 0.015 (n - 1): full in (1 - that) / 0.001 s
+    # (the endpoint may have answered one more scrape than kvdiag kept: accept n - 1 or n samples)
+    eta = int(re.search(r"\bkv_full_eta_seconds=(\d+)s", line).group(1))
+    assert "+6.0%/min" in line
+    assert eta in {round((1 - 0.40 - 0.015 * (k - 1)) / 0.001) for k in (n - 1, n)}, (eta, n)
+    minutes = float(re.search(r"full in ~([\d.]+) min", line).group(1))
+    assert minutes == pytest.approx(eta / 60, abs=0.05)
