@@ -123,6 +123,7 @@ def replay(case: Path, rules, window: float | None = None) -> dict:
         "eta_at_first_forecast_s": None if eta_at_warn is None else round(float(eta_at_warn), 0),
         "first_critical_s": None if first_crit is None else round(pages[first_crit][0] - serve0, 1),
         "first_preemption_counter_page_s": None if pre_page is None else round(pages[pre_page][0] - serve0, 1),
+        "first_preemption_counter_prev_page_s": None if pre_page is None else round(pages[pre_page - 1][0] - serve0, 1),
         "first_preemption_truth_window_s": truth_first,
         "first_preemption_bound_s": None if first_pre is None else round(first_pre - serve0, 1),
         "forecast_summary": forecast_seen,
@@ -131,6 +132,10 @@ def replay(case: Path, rules, window: float | None = None) -> dict:
         warned = t_any is not None and first_pre is not None and t_any <= first_pre
         rec["warned_before_preemption"] = bool(warned)
         rec["lead_time_s"] = round(first_pre - t_any, 1) if warned else None
+        prev_t = pages[pre_page - 1][0] if pre_page is not None else None  # by the counter alone
+        by_counter = t_any is not None and prev_t is not None and t_any <= prev_t
+        rec["warned_before_counter"] = bool(by_counter)
+        rec["lead_time_counter_s"] = round(prev_t - t_any, 1) if by_counter else None
     else:
         rec["forecast_warning"] = first_warn is not None
         rec["capacity_pressure_verdict"] = first_any is not None
@@ -141,12 +146,19 @@ def summarize(records: list[dict]) -> dict:
     ramps = [r for r in records if r["kind"] == "ramp"]
     steady = [r for r in records if r["kind"] == "steady"]
     leads = [r["lead_time_s"] for r in ramps if r.get("lead_time_s") is not None]
+    counted = [r for r in ramps if r.get("first_preemption_counter_prev_page_s") is not None]
+    cleads = [r["lead_time_counter_s"] for r in counted if r.get("lead_time_counter_s") is not None]
     return {
         "ramps": len(ramps),
         "ramps_warned_before_first_preemption": sum(r["warned_before_preemption"] for r in ramps),
         "share_warned": round(sum(r["warned_before_preemption"] for r in ramps) / len(ramps), 3) if ramps else None,
         "lead_time_median_s": float(np.median(leads)) if leads else None,
         "lead_time_p10_s": float(np.percentile(leads, 10)) if leads else None,
+        "by_counter_alone": {
+            "ramps": len(counted), "warned": sum(r["warned_before_counter"] for r in counted),
+            "share_warned": round(sum(r["warned_before_counter"] for r in counted) / len(counted), 3) if counted else None,
+            "lead_time_median_s": float(np.median(cleads)) if cleads else None,
+            "lead_time_p10_s": float(np.percentile(cleads, 10)) if cleads else None},
         "steady": len(steady),
         "steady_with_forecast_warning": sum(r["forecast_warning"] for r in steady),
         "steady_warned": [r["case"] for r in steady if r["forecast_warning"]],
@@ -169,7 +181,11 @@ def markdown(records: list[dict], summary: dict) -> str:
     s = summary
     lines += ["", f"Ramps warned before the first preemption: {s['ramps_warned_before_first_preemption']} of "
                   f"{s['ramps']} ({f(s['share_warned'])}); lead time median {f(s['lead_time_median_s'])} s, p10 "
-                  f"{f(s['lead_time_p10_s'])} s. Steady cases with a forecast warning: "
+                  f"{f(s['lead_time_p10_s'])} s (first preemption: the earlier of the page before the counter rose and "
+                  f"the start of the first truth minute with one). By the counter alone: "
+                  f"{s['by_counter_alone']['warned']} of {s['by_counter_alone']['ramps']} "
+                  f"({f(s['by_counter_alone']['share_warned'])}); median {f(s['by_counter_alone']['lead_time_median_s'])} s, "
+                  f"p10 {f(s['by_counter_alone']['lead_time_p10_s'])} s. Steady cases with a forecast warning: "
                   f"{s['steady_with_forecast_warning']} of {s['steady']}.", ""]
     return "\n".join(lines)
 
