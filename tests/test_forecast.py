@@ -258,3 +258,13 @@ def test_check_live_endpoint_warns_with_the_minutes_left(kvdiag, rising_pool):
     assert eta in {round((1 - 0.40 - 0.015 * (k - 1)) / 0.001) for k in (n - 1, n)}, (eta, n)
     minutes = float(re.search(r"full in ~([\d.]+) min", line).group(1))
     assert minutes == pytest.approx(eta / 60, abs=0.05)
+
+
+def test_forecast_key_must_be_a_boolean(tmp_path):
+    from kvdiag.errors import RuleFileError
+
+    src = (ROOT / "rules" / "capacity_pressure" / "CAP002-pool-filling.yaml").read_text()
+    bad = tmp_path / "CAP002-pool-filling.yaml"
+    bad.write_text(src.replace("forecast: true", "forecast: 'yes'"))
+    with pytest.raises(RuleFileError, match=r"forecast must be true or false"):
+        load_rule(bad)
