@@ -446,6 +446,36 @@ _WINDOW_SIGNALS += [
     Signal("replicas_needed_fp8", "fact", "count",
            "replicas_needed with an fp8 KV cache: the same demand / kv_capacity_tokens_fp8, rounded up (derived; needs "
            "--model-config)"),
+    # --- dynamics: what a full pool holds, whether cached prefixes stopped hitting (kvdiag/derive_dynamics.py) ----
+    Signal("kv_token_occupancy", "fact", "ratio",
+           "tokens the running requests hold / token slots their blocks reserve, median over full-pool instants "
+           "(usage ≥ 90%): running × (mean prompt + mean output / 2) / (usage × pool tokens); above 1 with shared "
+           "prefix blocks (derived)"),
+    Signal("kv_empty_slots_ratio", "fact", "ratio",
+           "share of the pool reserved by running requests' blocks but holding no token, at the median full-pool "
+           "instant: usage − tokens held / pool tokens (derived)"),
+    Signal("block_size_suggested", "fact", "tokens", "the block size the partial-block remedy proposes: vLLM's CUDA "
+           "default 16 (derived)"),
+    Signal("kv_slots_freed_tokens", "fact", "tokens",
+           "token slots the running set would stop reserving with block_size_suggested (derived)"),
+    Signal("kv_slots_freed_blocks", "fact", "blocks", "kv_slots_freed_tokens in blocks of the current block size "
+           "(derived)"),
+    Signal("kv_extra_requests_fit", "fact", "requests",
+           "more requests of the mean size the freed slots hold with block_size_suggested (derived)"),
+    Signal("prefix_cache_hits_per_second_early", "fact", "tokens/s",
+           "prefix-cache hit tokens per second in the first third of the window (derived)",
+           ("prefix_cache_hits_total (0.9+)", "gpu_prefix_cache_hit_rate × prompt_tokens_total (V0)")),
+    Signal("prefix_cache_hits_per_second_late", "fact", "tokens/s",
+           "prefix-cache hit tokens per second in the last third of the window (derived)"),
+    Signal("prefix_cache_hits_per_second_ratio", "fact", "x",
+           "hits per second late / early: below 1 when cached prefixes stopped hitting (derived)"),
+    Signal("prefix_cache_queries_per_second_early", "fact", "tokens/s",
+           "prefix-cache query tokens per second in the first third of the window (derived)",
+           ("prefix_cache_queries_total (0.9+)", "prompt_tokens_total (V0)")),
+    Signal("prefix_cache_queries_per_second_late", "fact", "tokens/s",
+           "prefix-cache query tokens per second in the last third of the window (derived)"),
+    Signal("prefix_cache_queries_per_second_ratio", "fact", "x",
+           "queries per second late / early: above 1 when traffic grew (derived)"),
     # --- a metrics artifact: the usage gauge split across API-server processes (vLLM PR 28792) -----------------
     Signal("kv_cache_usage_series", "gauge", "series",
            "how many kv_cache_usage_perc series (one per API-server process, label pid) one instant had; text = how "
@@ -606,7 +636,10 @@ def classify_metric(name: str) -> tuple[str, str]:
 
 _CHECKED_DERIVED = {"prefix_cache_retention_seconds", "kv_block_alloc_tokens_per_second", "kv_demand_tokens",
                     "kv_demand_ratio", "kv_fit_requests", "max_num_seqs_fit", "kv_demand_requests",
-                    "hybrid_block_size", "prefix_cache_readmission_preemptions"}
+                    "hybrid_block_size", "prefix_cache_readmission_preemptions", "kv_token_occupancy",
+                    "kv_empty_slots_ratio", "kv_slots_freed_tokens", "kv_slots_freed_blocks", "kv_extra_requests_fit",
+                    "prefix_cache_hits_per_second_early", "prefix_cache_hits_per_second_late",
+                    "prefix_cache_queries_per_second_early", "prefix_cache_queries_per_second_late"}
 
 
 def checks_derived_domain(name: str) -> bool:

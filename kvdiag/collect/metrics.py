@@ -276,7 +276,9 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                 if "summed" not in old[1]:
                     old[1] += " (+ other series, summed)"
     for (signal, text, ts), (value, src, _rank, base) in combined.items():
-        if base.startswith("gpu_prefix_cache_") and not has_new_usage:
+        # V1 0.7-0.8's gpu_prefix_cache_{queries,hits} counters count blocks; V0's gpu_prefix_cache_hit_rate gauge is
+        # a ratio (hits / queries) and is never scaled
+        if base.startswith("gpu_prefix_cache_") and base != "gpu_prefix_cache_hit_rate" and not has_new_usage:
             info.prefix_unit_blocks = True
             info.prefix_unscaled = info.prefix_unscaled or not page_block_size
             if page_block_size:
