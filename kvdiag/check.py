@@ -282,27 +282,42 @@ def perfdata(bundle: Bundle, report: Report) -> str:
     """Nagios perfdata ``label=value[unit];warn;crit;min;max`` for the numbers a dashboard would plot.
 
     kv_cache_usage (max over the window, thresholds 0.90/0.95 as rule CAP001), preemptions and waiting
-    (increase / max over the window), prefix-cache hit rate (late window) when present.
+    (increase / max over the window), prefix-cache hit rate (late window) when present, and
+    ``kv_full_eta_seconds`` (the forecast time until the pool is full at the current usage trend, seconds; warning
+    threshold = rule CAP002's horizon) when usage is rising.
     """
     from .engine.evaluate import aggregate
 
     parts = []
 
-    def one(label: str, signal: str, agg: str, tail: str) -> None:
+    def one(label: str, signal: str, agg: str, tail: str, fmt: str = ".4g") -> None:
         rows = bundle.signal(signal).sort_values("seq")
         if rows.empty:
             return
         value, _ = aggregate(rows, agg, SIGNALS[signal].kind)
         if isinstance(value, float) and math.isnan(value):
             return
-        parts.append(f"{label}={value:.4g}{tail}")
+        parts.append(f"{label}={value:{fmt}}{tail}")
 
     one("kv_cache_usage", "kv_cache_usage", "max", ";0.90;0.95;0;1")
     one("preemptions", "num_preemptions", "increase", ";;;0")
     one("waiting", "num_requests_waiting", "max", ";;;0")
     one("running", "num_requests_running", "max", ";;;0")
     one("prefix_cache_hit_rate", "prefix_cache_hit_rate_late", "last", ";;;0;1")
+    horizon = next((f.params.get("horizon") for f in _forecast_rules()), None)
+    one("kv_full_eta_seconds", "kv_full_eta_seconds", "last", f"s;{horizon:g};;0" if horizon else "s;;;0", ".0f")
     return " ".join(parts)
+
+
+def _forecast_rules() -> list:
+    """The shipped forecast rules (CAP002), for the horizon its perfdata threshold shows; [] if they cannot load."""
+    from .engine.model import load_rules
+    from .errors import RuleFileError
+
+    try:
+        return [r for r in load_rules(None) if r.forecast]
+    except RuleFileError:
+        return []
 
 
 def _split(text: str, room: int, clauses: bool = True) -> tuple[str, str]:

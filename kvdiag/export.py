@@ -1,7 +1,8 @@
 """``kvdiag rules export --format prometheus``: the rules that PromQL can express, as Prometheus alerting rules.
 
 A rule is exported only when every condition reads a raw /metrics signal with an aggregation PromQL has
-(``max min mean last increase rate p95``) and the tree uses ``all``/``any``; its selectors match both the
+(``max min mean last increase rate p95``), or one of the trend signals of :mod:`kvdiag.derive_trend` (below), and the
+tree uses ``all``/``any`` (a ``not`` child of an ``all`` becomes ``unless``); its selectors match both the
 ``vllm:`` names vLLM writes and the ``vllm_`` names a Prometheus 2.x server may store, and every metric name
 the signal had across versions (``{__name__=~"vllm[:_](kv|gpu)_cache_usage_perc"}``). Conditions that read
 log events are dropped from an ``any`` (PromQL cannot see logs) and named in a comment; rules that need logs,
@@ -11,6 +12,15 @@ Semantics match kvdiag's engine for a window ``W`` (default 5m): ``agg_over_time
 combined by ``max`` for ratios and ``sum`` for counts (as the collector does), thresholds as in the rule's
 ``params``. A missing series makes a PromQL comparison empty (false), which matches ``if_missing: false``;
 where kvdiag would say *unknown*, Prometheus stays quiet.
+
+Trend signals (rule CAP002, the forecast of a full pool) map onto PromQL's own regression over the trend window
+``T`` = :data:`kvdiag.derive_trend.TREND_SECONDS` (5m, whatever ``--window`` says): ``kv_cache_usage_slope`` →
+``deriv(u[T])``, ``kv_full_eta_seconds <= H`` → ``predict_linear(u[T], H) >= 1``, ``kv_cache_usage_trend_samples``
+→ ``count_over_time(u[T])``, ``kv_cache_usage_trend_seconds`` → the span of the samples' timestamps (a subquery),
+``kv_cache_usage_trend_rise`` → slope × that span, ``kv_cache_usage_slope_recent`` → ``deriv(u[T/2])``, and
+``kv_cache_usage_slope_t >= k`` → ``deriv² · var(t) · (n − 2 + k²) >= k² · stdvar_over_time(u[T])`` (slope / its
+standard error ≥ k, squared), with ``var(t)`` of ``n`` regularly spaced samples filling ``T``: ``(T/n)² (n² − 1)/12``.
+Two differences from kvdiag: Prometheus does not cut the fit at a restart, and ``var(t)`` assumes regular scrapes.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import yaml
 
 from .engine.model import Node, Rule
 from .errors import InputError
+from .derive_trend import TREND_SECONDS
 from .signals import METRIC_TO_SIGNAL, SIGNALS
 
 _AGG_FN = {"max": "max_over_time", "min": "min_over_time", "mean": "avg_over_time", "last": "last_over_time",
@@ -91,11 +102,51 @@ def write_output(path: str, text: str, option: str) -> None:
                 pass
 
 
+_T = f"{TREND_SECONDS:g}s"
+_HALF = f"{TREND_SECONDS / 2:g}s"
+_SPAN = f"(max_over_time(timestamp({{m}})[{_T}:]) - min_over_time(timestamp({{m}})[{_T}:]))"
+#: trend signals (kvdiag/derive_trend.py) as PromQL over one kv_cache_usage series ``{m}``
+_TREND_PROMQL = {
+    "kv_cache_usage_slope": f"deriv({{m}}[{_T}])",
+    "kv_cache_usage_slope_recent": f"deriv({{m}}[{_HALF}])",
+    "kv_cache_usage_trend_samples": f"count_over_time({{m}}[{_T}])",
+    "kv_cache_usage_trend_seconds": _SPAN,
+    "kv_cache_usage_trend_rise": f"(deriv({{m}}[{_T}]) * {_SPAN})",
+}
+
+
+def _trend_expr(c) -> str:
+    """PromQL for a condition on a trend signal (see the module docstring), one term per metric name."""
+    names = metric_names("kv_cache_usage")
+    if c.signal == "kv_full_eta_seconds":
+        if c.op not in ("<", "<="):
+            raise NotExportable("kv_full_eta_seconds is exported only as an upper bound (predict_linear >= 1)")
+        terms = [f"predict_linear({m}[{_T}], {_fmt(c.value)}) >= 1" for m in names]
+    elif c.signal == "kv_cache_usage_slope_t":
+        if c.op not in (">", ">=") or not c.value > 0:
+            raise NotExportable("kv_cache_usage_slope_t is exported only as a positive lower bound")
+        k2 = _fmt(c.value ** 2)
+        terms = []
+        for m in names:
+            n = f"count_over_time({m}[{_T}])"
+            var_t = f"(({_fmt(TREND_SECONDS)} / {n}) ^ 2 * ({n} ^ 2 - 1) / 12)"
+            terms.append(f"deriv({m}[{_T}]) > 0 and deriv({m}[{_T}]) ^ 2 * {var_t} * ({n} - 2 + {k2}) "
+                         f">= {k2} * stdvar_over_time({m}[{_T}])")
+    else:
+        terms = [f"{_TREND_PROMQL[c.signal].format(m=m)} {_OP[c.op]} {_fmt(c.value)}" for m in names]
+    per_name = [f"max by (instance) ({t})" for t in terms]
+    return "(" + " or ".join(per_name) + ")"
+
+
 def condition_expr(node: Node, window: str) -> str:
     """PromQL for one condition: a filtered instant vector by ``instance`` (non-empty = true)."""
     c = node.cond
     if c.text_in or c.for_seconds:
         raise NotExportable(f"condition on {c.signal} uses text_in/for")
+    if c.signal in _TREND_PROMQL or c.signal in ("kv_full_eta_seconds", "kv_cache_usage_slope_t"):
+        if c.agg != "last":
+            raise NotExportable(f"agg {c.agg} on the trend signal {c.signal}")
+        return _trend_expr(c)
     if c.agg not in _AGG_FN:
         raise NotExportable(f"agg {c.agg} on {c.signal} has no PromQL equivalent here")
     combine = "max" if c.signal in _MAX_COMBINED else "sum"
@@ -111,9 +162,12 @@ def tree_expr(node: Node, window: str, dropped: list[str]) -> str:
     if node.kind == "cond":
         return condition_expr(node, window)
     if node.kind == "not":
-        raise NotExportable("'not' is not exported")
-    parts = []
+        raise NotExportable("'not' is exported only as a condition of an 'all' (unless)")
+    parts, unless = [], []
     for child in node.children:
+        if node.kind == "all" and child.kind == "not" and child.children[0].kind == "cond":
+            unless.append(condition_expr(child.children[0], window))
+            continue
         try:
             parts.append(tree_expr(child, window, dropped))
         except NotExportable as exc:
@@ -123,10 +177,11 @@ def tree_expr(node: Node, window: str, dropped: list[str]) -> str:
             raise
     if not parts:
         raise NotExportable("no condition left to export")
-    if len(parts) == 1:
-        return parts[0]
     joiner = " and on (instance) " if node.kind == "all" else " or on (instance) "
-    return "(" + joiner.join(f"({p})" for p in parts) + ")"
+    out = parts[0] if len(parts) == 1 else "(" + joiner.join(f"({p})" for p in parts) + ")"
+    for u in unless:
+        out = f"({out} unless on (instance) ({u}))"
+    return out
 
 
 def _annotation(rule: Rule) -> str:

@@ -24,7 +24,7 @@ class Signal:
             (configuration or start-up figure), ``event`` (something that happened; value is
             a count or a size, ``text`` carries a category).
         unit: base unit: ``ratio``, ``tokens``, ``blocks``, ``bytes``, ``requests``,
-            ``tokens/s``, ``seconds``, ``x`` (multiplier), ``count``, ``text``, ``bool``.
+            ``tokens/s``, ``ratio/s``, ``requests/s``, ``seconds``, ``x`` (multiplier), ``count``, ``text``, ``bool``.
         description: one line.
         metrics: vLLM metric names (without the ``vllm:`` prefix, without ``_total``) that
             feed it, with the versions that expose them.
@@ -488,6 +488,40 @@ _WINDOW_SIGNALS += [
     Signal("kv_cache_usage_split_mean", "gauge", "ratio",
            "the mean of those per-process usage series: what a dashboard averaging them shows",
            ("kv_cache_usage_perc{pid=...}",)),
+]
+_WINDOW_SIGNALS += [
+    # --- trends and the forecast of a full pool (issue 13; kvdiag/derive_trend.py) -----------------------------------
+    Signal("kv_cache_usage_slope", "fact", "ratio/s",
+           "trend of kv_cache_usage: least-squares slope over the last 5 minutes of timestamped samples, after the last "
+           "restart (PromQL deriv(kv_cache_usage_perc[5m])) (derived)", ("kv_cache_usage_perc", "gpu_cache_usage_perc")),
+    Signal("kv_cache_usage_slope_stderr", "fact", "ratio/s",
+           "standard error of kv_cache_usage_slope: sqrt(SSR / (n − 2) / Sxx) of the same fit (derived)"),
+    Signal("kv_cache_usage_slope_t", "fact", "x",
+           "kv_cache_usage_slope / its standard error: how many standard errors the rise is above 0 (derived)"),
+    Signal("kv_cache_usage_slope_recent", "fact", "ratio/s",
+           "least-squares slope of kv_cache_usage over the later half of the trend's samples: a rise that stopped or "
+           "turned shows here first (derived)"),
+    Signal("kv_cache_usage_trend_samples", "fact", "count", "timestamped kv_cache_usage samples the trend is fitted "
+                                                             "on (derived)"),
+    Signal("kv_cache_usage_trend_seconds", "fact", "seconds", "time the trend's samples span (derived)"),
+    Signal("kv_cache_usage_trend_level", "fact", "ratio",
+           "the fitted line at the last sample: the usage the forecast starts from (predict_linear(…, 0)) (derived)"),
+    Signal("kv_cache_usage_trend_rise", "fact", "ratio",
+           "kv_cache_usage_slope × the trend's span: the rise of usage the fitted line explains (derived)"),
+    Signal("kv_full_eta_seconds", "fact", "seconds",
+           "forecast time until kv_cache_usage reaches 1.0 at the current trend: (1 − level) / slope, 0 when already "
+           "full; absent when usage is not rising or the forecast is beyond a week (derived)"),
+    Signal("kv_full_eta_low_seconds", "fact", "seconds",
+           "the early end of kv_full_eta_seconds: at slope + 2 standard errors (derived)"),
+    Signal("kv_full_eta_high_seconds", "fact", "seconds",
+           "the late end of kv_full_eta_seconds: at slope − 2 standard errors; absent when that slope is not positive "
+           "(the rise could be noise) (derived)"),
+    Signal("num_requests_waiting_slope", "fact", "requests/s",
+           "trend of num_requests_waiting: least-squares slope over the last 5 minutes of timestamped samples "
+           "(derived)", ("num_requests_waiting",)),
+    Signal("kv_demand_tokens_slope", "fact", "tokens/s",
+           "trend of KV demand: least-squares slope of running × (mean prompt + mean output / 2) + waiting × mean "
+           "prompt over the last 5 minutes (derived; needs the length histograms' means)"),
 ]
 for _s in _WINDOW_SIGNALS:
     SIGNALS.setdefault(_s.name, _s)

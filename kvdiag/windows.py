@@ -23,6 +23,7 @@ from .bundle import Bundle
 from .derive import increase
 from .derive_prefix import derive_prefix
 from .derive_dynamics import derive_dynamics
+from .derive_trend import derive_trend
 from .signals import WINDOW_HISTOGRAMS
 
 HIGH_USAGE = 0.95
@@ -114,7 +115,9 @@ def derive_windows(bundle: Bundle) -> None:
     * ``kv_cache_usage_high_seconds`` / ``_ratio``: time at or above 95 % usage;
     * ``counter_resets``: one event per counter that fell (text = the signal), value = the count;
     * then the prefix-cache, retention and demand signals of :func:`kvdiag.derive_prefix.derive_prefix`, which
-      need the window means above.
+      need the window means above;
+    * then the trend and forecast signals of :func:`kvdiag.derive_trend.derive_trend` (they need the restarts above
+      and the demand means).
     """
     for _base, (stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
         if bundle.has(f"{stem}_mean") or bundle.has(f"{stem}_p95"):
@@ -165,3 +168,4 @@ def derive_windows(bundle: Bundle) -> None:
                            t=rows["t"].iloc[i], text=sig)
     derive_prefix(bundle)
     derive_dynamics(bundle)
+    derive_trend(bundle)

@@ -58,11 +58,15 @@ class Finding:
     priority: int = 50
     confidence: str = "medium"
     on_evidence: bool = True  # quiet on data that was present; False: quiet only because its inputs were absent
+    forecast: bool = False  # from a rule that predicts (CAP002): when it fires, the problem has not happened yet
 
     def to_dict(self) -> dict:
-        return {"rule_id": self.rule_id, "class": self.cls, "status": self.status,
-                "severity": self.severity if self.status == "fires" else "ok", "message": self.message,
-                "evidence": [e.to_dict() for e in self.evidence], "remedy": list(self.remedy), "reason": self.reason}
+        out = {"rule_id": self.rule_id, "class": self.cls, "status": self.status,
+               "severity": self.severity if self.status == "fires" else "ok", "message": self.message,
+               "evidence": [e.to_dict() for e in self.evidence], "remedy": list(self.remedy), "reason": self.reason}
+        if self.forecast and self.status == "fires":
+            out["forecast"] = True
+        return out
 
 
 @dataclass
@@ -77,10 +81,14 @@ class Verdict:
     summary: str
     secondary: list[str] = field(default_factory=list)
     ruled_out: list[dict] = field(default_factory=list)
+    forecast: bool = False  # the primary finding is a forecast (CAP002: the pool is filling, not yet full)
 
     def to_dict(self) -> dict:
-        return {"primary": self.primary, "severity": self.severity, "confidence": self.confidence,
-                "summary": self.summary, "secondary": list(self.secondary), "ruled_out": list(self.ruled_out)}
+        out = {"primary": self.primary, "severity": self.severity, "confidence": self.confidence,
+               "summary": self.summary, "secondary": list(self.secondary), "ruled_out": list(self.ruled_out)}
+        if self.forecast:
+            out["forecast"] = True
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +257,8 @@ def render(template: str, bundle: Bundle, params: dict, strict: bool = False) ->
     """Fill ``{signal.agg:fmt}`` and ``{param}`` fields of a message or remedy template.
 
     Units follow the format spec: ``%`` for ratios, ``,.0f`` for tokens, ``gib`` (a kvdiag spec)
-    prints bytes as GiB with two decimals. A field without data prints ``n/a``; with
+    prints bytes as GiB with two decimals, ``min`` seconds as minutes (one decimal below 10), ``pctmin`` a ratio per
+    second as a signed percentage per minute (``+3.1%``). A field without data prints ``n/a``; with
     ``strict=True`` the whole template is dropped instead (returns ``None``), so a remedy never
     shows a number kvdiag does not have. A format spec that ``model.spec_ok`` refuses (unknown letters,
     width or precision above 64) prints the plain value, so rendering never builds a huge string.
@@ -281,6 +290,13 @@ def render(template: str, bundle: Bundle, params: dict, strict: bool = False) ->
                 return "n/a"
         if spec == "gib":
             return f"{float(val) / 2**30:.2f} GiB"
+        if spec in ("min", "pctmin") and isinstance(val, (int, float)) and math.isinf(val):
+            return "inf" if val > 0 else "-inf"
+        if spec == "min":
+            m = float(val) / 60
+            return f"{m:.1f}" if abs(m) < 10 else f"{m:,.0f}"
+        if spec == "pctmin":
+            return f"{float(val) * 60:+.1%}"
         if not spec_ok(spec):  # the loader rejects these; never let a template ask for a huge width
             return str(val)
         if isinstance(val, (int, float)) and math.isinf(val):
@@ -312,7 +328,7 @@ def evaluate_rule(rule: Rule, bundle: Bundle) -> Finding:
     """Run one rule over a bundle (rules do no I/O)."""
     missing_groups = [g for g in rule.requires if not any(bundle.has(s) for s in g)]
     finding = Finding(rule_id=rule.id, cls=rule.cls, status="unknown", severity=rule.severity, message="",
-                      title=rule.title, priority=rule.priority, confidence=rule.confidence)
+                      title=rule.title, priority=rule.priority, confidence=rule.confidence, forecast=rule.forecast)
     if missing_groups:
         names = "; ".join(" or ".join(g) for g in missing_groups)
         finding.reason = f"missing signal: {names}"
@@ -440,7 +456,7 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
         summary = top.message
         if others:
             summary += f" (also firing: {', '.join(others)})"
-        return Verdict(top.cls, top.severity, top.confidence, summary, others, ruled_out(top.cls))
+        return Verdict(top.cls, top.severity, top.confidence, summary, others, ruled_out(top.cls), forecast=top.forecast)
     if unexplained:
         more = f" and {len(unexplained) - 1} more" if len(unexplained) > 1 else ""
         return Verdict("inconclusive", "ok", "low",

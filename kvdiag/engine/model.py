@@ -26,7 +26,7 @@ CONFIDENCES = ("low", "medium", "high")
 AGGS = ("last", "first", "min", "max", "mean", "p95", "count", "present", "increase", "rate")
 OPS = (">", ">=", "<", "<=", "==", "!=")
 _RULE_KEYS = {"id", "name", "class", "title", "severity", "priority", "confidence", "requires", "uses", "params",
-              "when", "message", "quiet", "evidence", "remedy", "doc", "references"}
+              "when", "message", "quiet", "evidence", "remedy", "doc", "references", "forecast"}
 _DOC_KEYS = ("meaning", "impact", "diagnosis", "false_positives", "remedy")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _ID = re.compile(r"^[A-Z][A-Z0-9_-]{0,31}$")
@@ -96,6 +96,7 @@ class Rule:
     doc: dict
     references: list[str] = field(default_factory=list)
     path: str = ""
+    forecast: bool = False  # the rule predicts a problem that has not happened yet (CAP002); said so in the report
 
 
 def _err(path: str, msg: str) -> RuleFileError:
@@ -103,10 +104,10 @@ def _err(path: str, msg: str) -> RuleFileError:
 
 
 def spec_ok(spec: str) -> bool:
-    """Whether ``spec`` is a template format spec kvdiag accepts: ``gib``, or a Python format spec made of
+    """Whether ``spec`` is a template format spec kvdiag accepts: ``gib``, ``min``, ``pctmin``, or a Python format spec made of
     fill/align, sign, ``0``, width, ``,``/``_``, precision and one of ``eEfFgGn%ds``, with width and precision
     at most ``MAX_SPEC_NUMBER`` (so rendering never builds a huge string)."""
-    if spec in ("", "gib"):
+    if spec in ("", "gib", "min", "pctmin"):
         return True
     m = _SPEC.match(spec)
     if not m:
@@ -264,6 +265,9 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
     allowed = SEVERITIES if raw["class"] == "healthy" else SEVERITIES[1:]
     if raw["severity"] not in allowed:
         raise _err(path, f"severity must be {' or '.join(allowed)} for class {raw['class']}, got {raw['severity']!r}")
+    forecast = raw.get("forecast", False)
+    if not isinstance(forecast, bool):
+        raise _err(path, f"forecast must be true or false, got {str(forecast)[:40]!r}")
     confidence = raw.get("confidence", "medium")
     if confidence not in CONFIDENCES:
         raise _err(path, f"confidence must be low, medium or high, got {confidence!r}")
@@ -310,7 +314,8 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
                 severity=raw["severity"], priority=priority, confidence=confidence,
                 requires=requires, uses=uses, params=params, when=_parse_node(raw["when"], path, params),
                 message=message, quiet=quiet, evidence=evidence, remedy=remedy,
-                doc=doc, references=_str_list(raw.get("references"), path, "references"), path=path)
+                doc=doc, references=_str_list(raw.get("references"), path, "references"), path=path,
+                forecast=forecast)
 
 
 def builtin_rules_dir() -> Path:

@@ -46,7 +46,8 @@ def render_markdown(report: Report) -> str:
 
     fired, side_notes = split_notes(report)
     primary = next((f for f in fired if f.cls == v.primary), None)
-    out = [f"# kvdiag: {headline_label(v)} — `{v.primary}` (confidence {v.confidence})", "",
+    out = [f"# kvdiag: {headline_label(v)} — `{v.primary}` (confidence {v.confidence}"
+           f"{', a forecast: not yet happened' if v.forecast else ''})", "",
            f"**What happened.** {_text(v.summary)}", ""]
     if primary and primary.remedy:
         out += ["**What to change.**", ""] + [f"{i}. {_text(r)}" for i, r in enumerate(primary.remedy, 1)] + [""]

@@ -240,7 +240,8 @@ def render_text(report: Report, width: int = WIDTH, color: bool = False) -> str:
 def _one(out: _Text, report: Report) -> None:
     v = report.verdict
     label = headline_label(v)
-    out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence})")
+    kind = ", a forecast: not yet happened" if v.forecast else ""
+    out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence}{kind})")
     out.para(v.summary, "  ")
     fired, side_notes = split_notes(report)
     for f in fired:
@@ -316,7 +317,8 @@ def _servers(out: _Text, report: Report) -> None:
     insts = report.instances
     bad = [i for i in insts if i.verdict.severity != "ok"]
     label = headline_label(v)
-    out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence}) on {insts[0].instance}")
+    kind = ", a forecast" if v.forecast else ""
+    out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence}{kind}) on {insts[0].instance}")
     out.para(f"{len(bad)} of {len(insts)} server(s) with a problem; worst first:", "  ")
     width = min(60, max(cells(i.instance) for i in insts))
     for i in insts:
