@@ -14,8 +14,8 @@ preempted anyway is capacity pressure.
 
 Families (pools are sized in tokens; ``kv_cache_gib`` = tokens x bytes per token of the model):
 
-- ``ramp``: open-loop rate ramping from below to above the pool over the run; long prompts. Pressure, and the
-  forecast's test bed (usage climbs for minutes before the first preemption).
+- ``ramp``: open-loop rate ramping from ~30% to ~1.3-1.6x the pool over the run (crossing it 55-70% of the way);
+  long prompts. Pressure, and the forecast's test bed (usage climbs for minutes before the first preemption).
 - ``overload``: a steady open-loop rate above what the pool holds.
 - ``closed_over``: a closed loop of more clients than the pool holds.
 - ``waste_bigblock``: block size 128/256, short sequences (well under a block), many clients: the pool fills
@@ -166,9 +166,11 @@ def make(scale: float = 1.0, seed: int = 20261201) -> dict:
         s["workload"] = {
             "prompt_tokens": lognormal(med, 0.4, 200, 12000),
             "output_tokens": uniform(50, out_hi),
-            "phases": [{"start_s": 0, "end_s": 90, "rate_rps": rate_for(pool * r.uniform(0.2, 0.35), ctx, life)},
-                       {"start_s": 90, "end_s": dur, "rate_rps": rate_for(pool * r.uniform(0.3, 0.45), ctx, life),
-                        "rate_end_rps": rate_for(pool * r.uniform(1.6, 2.4), ctx, life)}],
+            # the offered load crosses the pool about 55-70% of the way through the ramp: usage climbs for minutes
+            # before the first preemption, as in the incidents the forecast is for (faster rises are bursts)
+            "phases": [{"start_s": 0, "end_s": 60, "rate_rps": rate_for(pool * r.uniform(0.15, 0.3), ctx, life)},
+                       {"start_s": 60, "end_s": dur, "rate_rps": rate_for(pool * r.uniform(0.3, 0.45), ctx, life),
+                        "rate_end_rps": rate_for(pool * r.uniform(1.3, 1.6), ctx, life)}],
         }
         if r.random() < 0.3:  # some ramps share prefixes too: pressure still explains them
             s["workload"]["prefixes"] = {"count": 4, "tokens": uniform(500, 1200), "zipf_s": 1.0, "share": 0.5}
