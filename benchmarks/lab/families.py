@@ -25,6 +25,8 @@ Families (pools are sized in tokens; ``kv_cache_gib`` = tokens x bytes per token
 - ``evict_load``: a fixed prefix set that fits while the load is low; a heavier phase leaves too few free
   blocks to keep it.
 - ``healthy_quiet``: moderate load, roomy pool, prefixes reused.
+- ``evict_flatten``: a fixed prefix set 3-6x the pool whose Zipf popularity flattens part-way (a traffic-mix
+  change): the hot few fitted, the flat set does not.
 - look-alikes (intended healthy): ``look_fits_high`` (closed loop holding usage high without running out),
   ``look_burst`` (short arrival bursts queue on the prefill budget, roomy pool), ``look_max_num_seqs`` (a
   low --max-num-seqs queues requests with the pool half empty), ``look_no_reuse`` (no shared prefixes at all:
@@ -352,6 +354,24 @@ def make(scale: float = 1.0, seed: int = 20261201) -> dict:
         s["workload"] = {"prompt_tokens": lognormal(med, 0.4, 600, 12000), "output_tokens": uniform(40, 200),
                          "phases": [{"start_s": 0, "end_s": s["duration_s"],
                                      "rate_rps": rate_for(pool * r.uniform(0.25, 0.45), med * 1.1 + 60, life_s(120, med))}]}
+    # --- (added last, so the draws of every family above are unchanged) ------------------------------------------
+    for i in range(n(18)):  # a traffic-mix change: the popularity of a fixed prefix set flattens past the pool
+        pool = r.choice([20000, 30000, 40000])
+        plen = r.choice([(800, 1600), (1500, 3000)])
+        mean_p = sum(plen) / 2
+        count = int(pool * r.uniform(3.0, 6.0) / mean_p)
+        dur = r.choice([360, 420])
+        t1 = r.choice([120, 150, 180])
+        s = m.base("evict_flatten", i, "prefix_cache_eviction", ["capacity_pressure", "partial_block_waste"],
+                   f"{count} prefixes of {plen[0]}-{plen[1]} tokens, Zipf popularity flattening at {t1}s; "
+                   f"{pool}-token pool", pool_tokens=pool, duration=dur)
+        rate = rate_for(pool * r.uniform(0.15, 0.35), mean_p + 200, life_s(60, mean_p))
+        s["workload"] = {
+            "prefixes": {"count": count, "tokens": uniform(*plen), "zipf_s": round(r.uniform(1.6, 2.2), 2), "share": 0.95},
+            "unique_tokens": lognormal(120, 0.6, 10, 1500), "output_tokens": lognormal(50, 0.6, 4, 300),
+            "phases": [{"start_s": 0, "end_s": t1, "rate_rps": rate},
+                       {"start_s": t1, "end_s": dur, "rate_rps": rate, "prefix_zipf_s": round(r.uniform(0.0, 0.5), 2)}],
+        }
     return {"defaults": DEFAULTS, "scenarios": m.out}
 
 
