@@ -290,23 +290,38 @@ def perfdata(bundle: Bundle, report: Report) -> str:
 
     parts = []
 
-    def one(label: str, signal: str, agg: str, tail: str, fmt: str = ".4g") -> None:
+    def one(label: str, signal: str, agg: str, tail: str, fmt: str = "") -> None:
         rows = bundle.signal(signal).sort_values("seq")
         if rows.empty:
             return
         value, _ = aggregate(rows, agg, SIGNALS[signal].kind)
-        if isinstance(value, float) and math.isnan(value):
+        if isinstance(value, float) and not math.isfinite(value):
             return
-        parts.append(f"{label}={value:{fmt}}{tail}")
+        parts.append(f"{label}={_plain(value, fmt)}{tail}")
 
     one("kv_cache_usage", "kv_cache_usage", "max", ";0.90;0.95;0;1")
     one("preemptions", "num_preemptions", "increase", ";;;0")
     one("waiting", "num_requests_waiting", "max", ";;;0")
     one("running", "num_requests_running", "max", ";;;0")
     one("prefix_cache_hit_rate", "prefix_cache_hit_rate_late", "last", ";;;0;1")
-    horizon = next((f.params.get("horizon") for f in _forecast_rules()), None)
-    one("kv_full_eta_seconds", "kv_full_eta_seconds", "last", f"s;{horizon:g};;0" if horizon else "s;;;0", ".0f")
+    # the forecast only when CAP002 made it (a slope it refused — too few samples, noise, a step — is no forecast);
+    # warning range "@0:H": alert while the time left is inside 0..H (Nagios range syntax; plain "H" means above H)
+    forecast = next((f for f in report.findings if getattr(f, "status", "") == "fires"
+                     and f.rule_id in {r.id for r in _forecast_rules()}), None)
+    if forecast is not None:
+        horizon = next((r.params.get("horizon") for r in _forecast_rules() if r.id == forecast.rule_id), None)
+        one("kv_full_eta_seconds", "kv_full_eta_seconds", "last", f"s;@0:{horizon:g};;0" if horizon else "s;;;0", ".0f")
     return " ".join(parts)
+
+
+def _plain(value: float, fmt: str = "") -> str:
+    """A perfdata number in plain decimal notation (Nagios perfdata values are ``[-0-9.]``, no exponent)."""
+    if fmt:
+        return f"{value:{fmt}}"
+    if float(value).is_integer():
+        return f"{value:.0f}"
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "-0") else "0"
 
 
 def _forecast_rules() -> list:

@@ -118,3 +118,19 @@ def test_v0_hit_rate_gauge_is_not_scaled_by_block_size():
     b = Bundle()
     add_page(b, parse_page(text, "p"), "p", 1.7e9, PageInfo())
     assert float(b.signal("prefix_cache_hit_rate_cumulative")["value"].iloc[-1]) == pytest.approx(0.27)
+
+
+def test_millisecond_timestamps_are_a_clear_input_error(tmp_path, kvdiag):
+    rec = tmp_path / "ms.om"
+    rec.write_text("# TYPE vllm:kv_cache_usage_perc gauge\n"
+                   'vllm:kv_cache_usage_perc{engine="0"} 0.5 1778491854300\n'
+                   'vllm:kv_cache_usage_perc{engine="0"} 0.6 1778491869300\n# EOF\n')
+    res = kvdiag("check", "--metrics-file", str(rec))
+    assert res.code == 3 and "Traceback" not in res.err + res.out
+    assert "milliseconds" in res.err + res.out and "internal error" not in res.err + res.out
+
+
+def test_perfdata_is_plain_decimal():
+    from kvdiag.check import _plain
+    assert _plain(16000.0) == "16000" and _plain(1e9) == "1000000000" and _plain(1.038e-05) == "0.00001"
+    assert _plain(0.984) == "0.984" and "e" not in _plain(123456.789)

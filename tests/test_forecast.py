@@ -135,7 +135,7 @@ def test_check_shows_the_forecast_with_minutes_and_perfdata(kvdiag):
     status, perf = line.split(" | ", 1)
     assert status.startswith("KVDIAG WARNING - capacity_pressure: Forecast:") and len(status) <= 200
     minutes = float(re.search(r"full in ~([\d.]+) min", status).group(1))
-    eta = int(re.search(r"\bkv_full_eta_seconds=(\d+)s;1800;;0\b", perf).group(1))
+    eta = int(re.search(r"\bkv_full_eta_seconds=(\d+)s;@0:1800;;0\b", perf).group(1))
     assert minutes == pytest.approx(eta / 60, abs=0.05)
     assert 60 < eta < 1800
 

@@ -1055,6 +1055,11 @@ def write_report(out: Path, names: list[str], path: Path, family_re: str, lookal
         for st, (secs, n) in last.get("stages", {}).items():
             w(f"| {st} | {secs:.1f} | {n} |")
         w("")
+    notes = path.with_name(path.stem + "-notes.md")  # the hand-written analysis of the misses, kept across runs
+    if notes.exists():
+        w(f"<!-- from {notes.name} (hand-written, not regenerated) -->")
+        w(notes.read_text().rstrip())
+        w("")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(L) + "\n")
     return summary

@@ -395,11 +395,19 @@ def split_by_time(text: str) -> list[tuple[float, str]] | None:
             ts = float(m.group("ts"))
         except ValueError:
             return None
+        if not 0 <= ts < MAX_UNIX_SECONDS:  # OpenMetrics timestamps are Unix seconds
+            raise InputError(f"sample timestamp {m.group('ts')} is not Unix seconds between 1970 and 2286"
+                             f"{' (milliseconds?)' if MAX_UNIX_SECONDS <= ts < MAX_UNIX_SECONDS * 1000 else ''}: "
+                             f"{line[:120]!r}")
         family_lines.setdefault(ts, []).append(line)
     flush()
     if not seen_ts:
         return None
     return [(ts, "\n".join(lines) + "\n# EOF\n") for ts, lines in sorted(pages.items())]
+
+
+#: 1e10 Unix seconds is the year 2286: a larger OpenMetrics timestamp is milliseconds or garbage
+MAX_UNIX_SECONDS = 1e10
 
 
 def _bad_line(line: str):
