@@ -147,6 +147,16 @@ def condition_expr(node: Node, window: str) -> str:
         if c.agg != "last":
             raise NotExportable(f"agg {c.agg} on the trend signal {c.signal}")
         return _trend_expr(c)
+    if c.signal == "num_requests_waiting_when_full":  # kvdiag/derive_dynamics.py: waiting at an instant of usage >= 90%
+        if c.agg != "max":
+            raise NotExportable(f"agg {c.agg} on num_requests_waiting_when_full")
+        from .derive_dynamics import WAITING_FULL_USAGE
+
+        terms = [f"max by (instance) (max_over_time(({w} and {u} >= {_fmt(WAITING_FULL_USAGE)})[{window}:]))"
+                 for w in metric_names("num_requests_waiting") for u in metric_names("kv_cache_usage")
+                 if w[len("vllm")] == u[len("vllm")]]  # vllm: with vllm:, vllm_ with vllm_ (one exposition)
+        joined = terms[0] if len(terms) == 1 else "(" + " or ".join(terms) + ")"
+        return f"{joined} {_OP[c.op]} {_fmt(c.value)}"
     if c.agg not in _AGG_FN:
         raise NotExportable(f"agg {c.agg} on {c.signal} has no PromQL equivalent here")
     combine = "max" if c.signal in _MAX_COMBINED else "sum"
