@@ -46,7 +46,10 @@ def pushgateway(tmp: Path):
         raise RuntimeError("prometheus-pushgateway not installed (apt-get install prometheus-pushgateway)")
     port = free_port()
     log = open(tmp / "pushgateway.log", "w")
-    proc = subprocess.Popen([PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
+    # persistence inside the test's temp folder: Debian's build defaults to /var/lib/prometheus/pushgateway.data,
+    # which would carry pushed groups from one run (and one test) to the next
+    proc = subprocess.Popen([PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}",
+                             f"--persistence.file={tmp / 'pushgateway.data'}"], stdout=log, stderr=log)
     try:
         _wait_ready(f"http://127.0.0.1:{port}/-/ready", proc)
         yield f"http://127.0.0.1:{port}"

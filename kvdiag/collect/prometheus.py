@@ -430,6 +430,41 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         b.add("prefix_cache_hit_rate_late", lt, f"promql:Δhits/Δqueries[{third}]@{at_end}", t=end)
         if 0 <= e <= 1 and 0 <= lt <= 1:
             b.add("prefix_cache_hit_rate_drop", e - lt, "derived: early − late, promql hit rates", t=end)
+    # hit and query tokens per second in the first and last third (kvdiag/derive_dynamics.py; PFX004 / OK006): V1
+    # counters as rate(); V0's cumulative hit rate × prompt_tokens_total (queries ∝ prompt tokens) as deriv() of the
+    # product over a subquery
+    third_s = _dur(window / 3)
+    sub_res = _res(step)
+
+    def per_second(at: float, which: str) -> dict:
+        v1 = [f"sum by (instance) (rate({series(h if which == 'hits' else q_, sel)}[{third_s}]))" for h, q_ in _HIT_PAIRS]
+        v0_q = series("prompt_tokens_total", sel)
+        v0 = (f"sum by (instance) (deriv(({series('gpu_prefix_cache_hit_rate', sel)} * {v0_q})[{third_s}:{sub_res}]))"
+              if which == "hits" else f"sum by (instance) (rate({v0_q}[{third_s}]))")
+        expr = _alternatives(v1) + f" or ({v0} unless on (instance) ({series(_HIT_PAIRS[0][0], sel)} or "\
+               f"{series(_HIT_PAIRS[1][0], sel)}))"
+        return {_inst(r): float(r["value"][1]) for r in client.query(expr, at)}
+
+    rates = {(w_, k): per_second(at, w_) for w_ in ("hits", "queries") for k, at in (("early", early_at), ("late", end))}
+    for inst in rates[("hits", "late")]:
+        vals = {key: rates[key].get(inst) for key in rates}
+        if any(v is None or not math.isfinite(v) or v < 0 for v in vals.values()):
+            continue
+        b = bundle(inst)
+        for (w_, k), v in vals.items():
+            at = iso(early_at) if k == "early" else at_end
+            b.add(f"prefix_cache_{w_}_per_second_{k}", v, f"promql:{w_} tokens/s over [{third_s}]@{at}", t=end)
+        he, hl, qe, ql = (vals[("hits", "early")], vals[("hits", "late")], vals[("queries", "early")],
+                          vals[("queries", "late")])
+        if not b.has("prefix_cache_hit_rate_early") and qe > 0 and ql > 0 and he <= qe and hl <= ql:
+            # no hit counters (V0): the thirds' hit rates from the same per-second figures (the de-cumulated gauge)
+            b.add("prefix_cache_hit_rate_early", he / qe, f"derived: hits/s / queries/s, first third (promql)", t=end)
+            b.add("prefix_cache_hit_rate_late", hl / ql, f"derived: hits/s / queries/s, last third (promql)", t=end)
+            b.add("prefix_cache_hit_rate_drop", he / qe - hl / ql, "derived: early − late (promql)", t=end)
+        for w_ in ("hits", "queries"):
+            if vals[(w_, "early")] > 0:
+                b.add(f"prefix_cache_{w_}_per_second_ratio", vals[(w_, "late")] / vals[(w_, "early")],
+                      f"derived: {w_}/s late {vals[(w_, 'late')]:,.1f} / early {vals[(w_, 'early')]:,.1f} (promql)", t=end)
     # the hit rate split by KV usage (PFX002): per-step increases summed where usage was low / high
     # at most ~500 sub-steps: the split needs minutes, not the gauge resolution; each increase window spans four
     # sub-steps (always two samples), and the overlap cancels in the ratios
