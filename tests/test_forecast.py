@@ -169,7 +169,6 @@ def test_exported_alert_uses_predict_linear_on_both_names():
     assert not any(s.startswith("CAP002") for s in skipped)
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) is required")
 def test_promtool_runs_the_cap002_cases_and_the_t_condition_decides(tmp_path):
     rules = load_rules()
     cases = load_cases(CASES)

@@ -148,6 +148,14 @@ _RUNNING_LOCK = threading.Lock()
 _INTERRUPTED = threading.Event()
 
 
+def _kill_group(proc: subprocess.Popen, wait: bool = True) -> None:
+    """SIGKILL a child's whole process group (it was started in its own session), then reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if wait:
+        proc.wait()
+
+
 def _kill_running() -> None:
     _INTERRUPTED.set()
     with _RUNNING_LOCK:
@@ -166,13 +174,11 @@ def _run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: P
     try:
         so, se = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc, wait=False)
         so, se = proc.communicate()
         return -9, so, (se or "") + f"\n(timeout after {timeout:.0f} s: killed)", time.monotonic() - t0
     except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill_group(proc)
         raise
     finally:
         with _RUNNING_LOCK:
@@ -229,9 +235,7 @@ def generate_forkrun(table: Path, todo: list[str], out: Path, jobs: int, twin_py
                 failures[line.split(":", 1)[0]] = line.strip()
         proc.wait()
     except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill_group(proc)
         raise
     finally:
         timer.cancel()
