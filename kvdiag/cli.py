@@ -16,7 +16,8 @@ import click
 
 from . import __version__
 from .errors import ExitStatus, InputError, KvdiagError
-from .engine.model import load_rules, parse_duration
+from .durations import parse_duration
+from .engine.model import load_rules
 
 
 class Duration(click.ParamType):
@@ -259,7 +260,8 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
         raise click.UsageError("with several --metrics-url kvdiag cannot tell which server a --log or "
                                "--metrics-file belongs to; analyze them one server at a time")
     from .analyze import analyze as run
-    from .report.render import RENDERERS, terminal_layout
+    from .report.formats import RENDERERS
+    from .report.render import terminal_layout
 
     http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
     fleet = None

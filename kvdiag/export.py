@@ -261,7 +261,7 @@ def promtool_tests(rules: list[Rule], cases: list, rule_file: str, window: str =
     (Prometheus has no *unknown*) and whose series fit inside ``window`` are used; the others are returned as
     skip notes. A ``fires`` case expects the alert at the last sample; a ``quiet`` case expects none.
     """
-    from .engine.model import parse_duration
+    from .durations import parse_duration
 
     alerts, _ = exportable_alerts(rules, window, for_)
     by_rule = {a["labels"]["kvdiag_rule"]: a for a in alerts}

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from conftest import FIXTURES
-from kvdiag.collect.logread import redact
+from kvdiag.redaction import redact
 
 LOG = str(next((FIXTURES / "incidents").glob("029-*")) / "vllm.log")
 

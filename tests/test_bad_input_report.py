@@ -53,7 +53,7 @@ def test_text_source_escapes_quotes_in_label_values(kvdiag, tmp_path):
 
 
 def test_every_renderer_redacts_last(tmp_path):
-    from kvdiag.report.render import RENDERERS
+    from kvdiag.report.formats import RENDERERS
     from kvdiag.report.model import Report
     from kvdiag.engine.evaluate import Verdict
 

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import FIXTURES
 from kvdiag.bundle import Bundle
 from kvdiag.collect.logs import read_logs
-from kvdiag.collect.logread import redact
+from kvdiag.redaction import redact
 from kvdiag.errors import InputError
-from kvdiag.report.render import RENDERERS
+from kvdiag.report.formats import RENDERERS
 from test_log_events import LINES
 
 REAL_LINES = [line for case in sorted((FIXTURES / "logs" / "real").iterdir())

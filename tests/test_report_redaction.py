@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kvdiag.collect.logread import redact
+from kvdiag.redaction import redact
 
 HEAD = "ERROR 10-15 00:03:10 [core.py:708] out of memory "
 STARTUP = [

@@ -11,7 +11,7 @@ headerless excerpts and lines glued behind a ``\\r`` progress bar are read too. 
 are collected per process and closed by the exception line into one ``exception`` event naming
 the frame that decides the phase (``load_model``, ``profile_run``, ``capture_model``, ...).
 
-Text taken from a log is redacted (:func:`~kvdiag.collect.logread.redact`) before it is stored.
+Text taken from a log is redacted (:func:`~kvdiag.redaction.redact`) before it is stored.
 
 Lines starting ``# [`` are editorial notes in the shared fixtures and are skipped (counted).
 
@@ -47,7 +47,8 @@ from .. import catalog
 from ..bundle import Bundle, InputInfo
 from ..errors import InputError
 from ..signals import SIGNALS
-from .logread import MAX_LINE_BYTES, RecordReader, open_log, order_paths, redact
+from ..redaction import redact
+from .logread import MAX_LINE_BYTES, RecordReader, open_log, order_paths
 
 GIB = 1024 ** 3
 _UNITS = {"B": 1, "BYTES": 1, "KIB": 1024, "MIB": 1024 ** 2, "GIB": GIB, "TIB": 1024 ** 4,
@@ -1765,4 +1766,4 @@ def _progress_bar(path: str) -> Callable[[int, int | None], None]:
 
 
 __all__ = ["LogCollector", "read_logs", "phase_of", "deciding_frame", "size_bytes", "EVENTS", "EVENT_VERSIONS",
-           "needles_of", "event_needles", "redact", "version_from_formats"]
+           "needles_of", "event_needles", "version_from_formats"]

@@ -37,8 +37,8 @@ from urllib3.util.retry import Retry
 
 from ..bundle import Bundle, InputInfo, iso
 from ..errors import InputError, ScrapeError
+from ..redaction import redact
 from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
-from .logread import redact
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _MAX_SIGNALS = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate_cumulative"}
@@ -74,7 +74,7 @@ def safe_url(url: str) -> str:
 
 
 def quote_line(line: str, limit: int = 80) -> str:
-    """A line of an input, redacted (:func:`kvdiag.collect.logread.redact`) and cut to ``limit`` characters, quoted."""
+    """A line of an input, redacted (:func:`kvdiag.redaction.redact`) and cut to ``limit`` characters, quoted."""
     text = redact(line.strip())
     return repr(text if len(text) <= limit else text[:limit] + "…")
 

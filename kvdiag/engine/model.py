@@ -15,6 +15,7 @@ import re
 
 import yaml
 
+from ..durations import parse_duration  # noqa: F401  (rules, cases and collectors share it)
 from ..errors import RuleFileError
 from ..signals import SIGNALS
 
@@ -28,7 +29,6 @@ OPS = (">", ">=", "<", "<=", "==", "!=")
 _RULE_KEYS = {"id", "name", "class", "title", "severity", "priority", "confidence", "requires", "uses", "params",
               "when", "message", "quiet", "evidence", "remedy", "doc", "references", "forecast"}
 _DOC_KEYS = ("meaning", "impact", "diagnosis", "false_positives", "remedy")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _ID = re.compile(r"^[A-Z][A-Z0-9_-]{0,31}$")
 PRIORITY_RANGE = (0, 1000)
 MAX_DEPTH = 32  # nesting of all/any/not in a `when:` tree
@@ -37,19 +37,6 @@ MAX_SPEC_NUMBER = 64  # largest width or precision a template's format spec may 
 FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z0-9]+))?(?::([^{}]*))?\}")
 # the small part of Python's format-spec mini-language templates need: [[fill]align][sign][0][width][,|_][.prec][type]
 _SPEC = re.compile(r"^(?:[^{}]?[<>=^])?[-+ ]?0?(?P<width>\d+)?[,_]?(?:\.(?P<prec>\d+))?[eEfFgGn%ds]?$")
-
-
-def parse_duration(text: str) -> float:
-    """``500ms``, ``30s``, ``5m``, ``1h``, ``7d`` → seconds (float); the units of Prometheus durations up to a day.
-
-    Raises:
-        ValueError: not a number followed by ms, s, m, h or d.
-    """
-    m = _DURATION.match(str(text).strip())
-    if not m:
-        raise ValueError(f"{text!r} is not a duration like 500ms, 30s, 5m, 1h or 7d")
-    n = float(m.group(1))
-    return n * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}[m.group(2)]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from .common import _fmt_value, headline_label, split_notes
 from .model import Report, not_judged, ruled_out
 
 
@@ -39,11 +40,7 @@ def _text(text: str) -> str:
 
 def render_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown (one table per firing finding's evidence)."""
-    from .render import _fmt_value, headline_label  # the text renderer's formatting, shared
-
     v = report.verdict
-    from .render import split_notes
-
     fired, side_notes = split_notes(report)
     primary = next((f for f in fired if f.cls == v.primary), None)
     out = [f"# kvdiag: {headline_label(v)} — `{v.primary}` (confidence {v.confidence}"

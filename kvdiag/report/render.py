@@ -1,44 +1,20 @@
-"""Renderers: :class:`~kvdiag.report.model.Report` → str. Text (wrapped to a width, colour on request), JSON and
-Markdown (``markdown.py``). They read the finished report and nothing else."""
+"""The text renderer: :class:`~kvdiag.report.model.Report` → str, wrapped to a width, colour on request. The other
+formats are in their own modules (``markdown.py``, ``formats.py`` for JSON and the table of all of them); it reads the
+finished report and nothing else."""
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import shutil
 import unicodedata
 
 import click
 
-from ..collect.logread import redact
+from ..redaction import redact
+from .common import _fmt_value, headline_label, split_notes  # noqa: F401  (shared with the other renderers)
 from .model import Report, not_judged, ruled_out
 
 WIDTH = 100
-
-
-def _fmt_value(value, unit: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and (math.isinf(value) or abs(value) >= 1e15) and unit != "bytes":
-        return f"{value:.3g}" + ("" if unit in ("ratio", "count") else f" {unit}")
-    if unit == "ratio":
-        return f"{value:.1%}"
-    if unit == "bytes":
-        return f"{value / 2**30:,.2f} GiB"
-    if unit in ("tokens", "blocks", "requests", "count"):
-        return f"{value:,.0f}" + ("" if unit == "count" else f" {unit}")
-    if unit == "x":
-        return f"{value:.2f}x"
-    return f"{value:,.4g} {unit}"
-
-
-def headline_label(verdict) -> str:
-    """``UNKNOWN`` for an inconclusive verdict (exit 3; the JSON keeps severity ``ok`` as its schema says),
-    else the severity in capitals."""
-    return "UNKNOWN" if verdict.primary == "inconclusive" else verdict.severity.upper()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -279,19 +255,6 @@ def _one(out: _Text, report: Report) -> None:
         out.para(f"note: {n}", "  ")
 
 
-def split_notes(report: Report) -> tuple[list, list]:
-    """Firing findings to show in full, and the firing ``healthy`` notes to show as one line each.
-
-    Under a problem verdict a note ("the workload shares no prefix", "the usage gauge is split") is context, not
-    a second diagnosis: it goes to one line under the evidence. Under a ``healthy`` verdict the notes are the
-    finding and are shown in full.
-    """
-    fired = [f for f in report.findings if f.status == "fires"]
-    if report.verdict.primary == "healthy":
-        return fired, []
-    return [f for f in fired if f.severity != "ok"], [f for f in fired if f.severity == "ok"]
-
-
 def _ruled_out(out: _Text, report: Report) -> None:
     """What was ruled out (``verdict.ruled_out``, each with its counter-evidence), the other quiet findings on one
     line (notes and the verdict's own class: nothing found, nothing ruled out), and the rules not judged on one
@@ -335,38 +298,3 @@ def _servers(out: _Text, report: Report) -> None:
         out.blank()
         for n in report.notes:
             out.para(f"note: {n}", "")
-
-
-def _redact_values(value):
-    """``value`` (the report's dict) with every string in it, keys too, passed through
-    :func:`kvdiag.collect.logread.redact`."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {_redact_values(k): _redact_values(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redact_values(v) for v in value]
-    return value
-
-
-def render_json(report: Report) -> str:
-    """One JSON object (schema_version 1), NaN written as null. Every string value is redacted before it is
-    serialised (redacting the serialised text would eat the backslash of an escaped quote: not JSON)."""
-    return json.dumps(_redact_values(report.to_dict()), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-from .markdown import render_markdown  # noqa: E402  (issue 6: incident tickets)
-
-
-def _redacted(render):
-    """A renderer whose output passes :func:`kvdiag.collect.logread.redact` last: no secret in any report (its
-    control characters are kept: the text renderer's colours; each text was cleaned of them on its way in)."""
-    def run(report: Report, **layout) -> str:
-        return redact(render(report, **layout), controls=False)
-
-    run.__doc__ = render.__doc__
-    return run
-
-
-RENDERERS = {"text": _redacted(render_text), "json": render_json, "markdown": _redacted(render_markdown)}
-"""``RENDERERS[fmt](report)``; the text renderer also takes ``width`` and ``color`` (see :func:`terminal_layout`)."""
