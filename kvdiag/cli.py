@@ -547,6 +547,10 @@ from .estimate_cmd import estimate  # noqa: E402  (the capacity model's command)
 estimate.epilog = ESTIMATE_CODES
 cli.add_command(estimate)
 
+from .diff_cmd import diff  # noqa: E402  (two inputs compared: kvdiag/diff.py)
+
+cli.add_command(diff)
+
 
 def _terminated(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
     raise KeyboardInterrupt
