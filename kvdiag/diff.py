@@ -96,7 +96,8 @@ _WHY = {
     "max_num_batched_tokens": "the profile run processes max_num_batched_tokens dummy tokens",
     "max_num_seqs": "the sampler warm-up in the profile allocates logits for max_num_seqs dummy requests, and "
                     "CUDA graphs are captured for batch sizes up to it",
-    "max_model_len": "the profile run's sequences are as long as max_model_len allows",
+    "max_model_len": "the profile run processes max_num_batched_tokens dummy tokens, and without chunked prefill "
+                     "(V0 below 32k context) max_num_batched_tokens defaults to max(max_model_len, 2048)",
     "gpu_memory_utilization": "the budget is total × gpu_memory_utilization",
     "vllm_version": "the accounting differs between versions (CUDA graphs are counted in the budget from 0.21)",
     "cache_dtype": "the KV dtype sets the bytes per token",
@@ -328,12 +329,14 @@ def engine_of(bundle: Bundle) -> tuple[str | None, str]:
     text, src = fact(bundle, "engine_generation")
     if text:
         return str(text), src
-    tokens, tsrc = fact(bundle, "kv_cache_size_tokens")
-    if tokens is not None and tsrc.startswith("log:"):
-        return "V1", f"{tsrc} ('GPU KV cache size' is printed by v1/core/kv_cache_utils.py only)"
     cpu, csrc = fact(bundle, "num_cpu_blocks")
     if cpu is not None and csrc.startswith("log:"):
         return "V0", f"{csrc} ('# GPU blocks: N, # CPU blocks: M' is printed by the V0 executor only)"
+    conc, ksrc = fact(bundle, "max_concurrency")
+    tokens, tsrc = fact(bundle, "kv_cache_size_tokens")
+    if tokens is not None and conc is not None and tsrc.startswith("log:") and ksrc.startswith("log:") \
+            and not bundle.has("num_cpu_blocks"):
+        return "V1", f"{tsrc} ('GPU KV cache size' with a concurrency line: v1/core/kv_cache_utils.py)"
     version, vsrc = fact(bundle, "vllm_version")
     vt = _version_tuple(version if isinstance(version, str) else None)
     if vt and vt >= (0, 11):
@@ -462,7 +465,8 @@ def _cudagraph_budgeted(bundle: Bundle) -> tuple[float | None, str, str]:
 
 
 def _changed_config(rows: list[DiffRow]) -> dict[str, DiffRow]:
-    return {r.key: r for r in rows if r.section == "config" and r.changed}
+    """The lines that moved, by key (configuration, and the budget's own settings such as gpu_memory_utilization)."""
+    return {r.key: r for r in rows if r.section in ("config", "budget") and r.changed}
 
 
 def _fmt(v: float, unit: str) -> str:
@@ -520,7 +524,16 @@ def _explain_pool(bb: Bundle, ab: Bundle, kb: float, ka: float, changed: dict[st
         accounted += amount
         if abs(amount) >= 0.005 * GIB:
             terms.append(Term(name, label, amount, "bytes", f"{sb} → {sa}",
-                              f"{_show(vb, 'bytes')} → {_show(va, 'bytes')}", _causes(name, changed)))
+                              f"{_show(vb, 'bytes')} → {_show(va, 'bytes')}", _causes(name, changed), va - vb))
+    split = all(isinstance(fact(b, n)[0], float) for b in (bb, ab) for n in ("weights_bytes", "activation_peak_bytes"))
+    (pb, spb), (pa, spa) = fact(bb, "peak_torch_memory_bytes"), fact(ab, "peak_torch_memory_bytes")
+    if not split and isinstance(pb, float) and isinstance(pa, float):  # M1 (early 0.6): KV = budget − peak − non-torch
+        amount = -(pa - pb)
+        accounted += amount
+        if abs(amount) >= 0.005 * GIB:
+            terms.append(Term("peak_torch_memory_bytes", "PyTorch peak of the profile run (weights + activation)",
+                              amount, "bytes", f"{spb} → {spa}", f"{_show(pb, 'bytes')} → {_show(pa, 'bytes')}",
+                              _causes("activation_peak_bytes", changed), pa - pb))
     (cb, csb, whyb), (ca, csa, whya) = _cudagraph_budgeted(bb), _cudagraph_budgeted(ab)
     if cb is not None and ca is not None:
         amount = -(ca - cb)
@@ -529,12 +542,25 @@ def _explain_pool(bb: Bundle, ab: Bundle, kb: float, ka: float, changed: dict[st
             terms.append(Term("cudagraph", "CUDA graph memory counted in the budget", amount, "bytes",
                               " → ".join(s for s in (csb, csa) if s),
                               f"BEFORE {_show(cb, 'bytes')} ({whyb}); AFTER {_show(ca, 'bytes')} ({whya})",
-                              _causes("cudagraph", changed)))
+                              _causes("cudagraph", changed), ca - cb))
+    residual = delta - accounted
+    has_budget = any(t.key == "gpu_budget_bytes" for t in terms) or all(
+        isinstance(fact(b, "gpu_budget_bytes")[0], float) for b in (bb, ab))
+    util = changed.get("gpu_memory_utilization")
+    if not has_budget and util is not None and isinstance(util.delta, float) and abs(residual) >= 0.005 * GIB:
+        # the log prints no total: what the printed terms leave is the budget's change, total × Δutil
+        total = residual / util.delta
+        terms.append(Term("gpu_budget_bytes", "budget (total × gpu_memory_utilization, not printed)", residual,
+                          "bytes", f"{util.before_source} → {util.after_source}",
+                          f"what the printed terms leave; it implies a GPU of {total / GIB:,.2f} GiB total "
+                          f"(ΔKV − Σ printed terms) / Δgpu_memory_utilization",
+                          _causes("gpu_budget_bytes", changed)))
+        residual = 0.0
     terms.sort(key=lambda t: -abs(t.amount))
     return Explanation("kv_cache_memory_bytes", "KV pool memory", delta, "bytes",
                        "KV = total × gpu_memory_utilization − weights − activation peak − non-torch − CUDA graphs "
                        "counted in the budget (0.21+: the M9 estimate; before 0.21: none) (vLLM "
-                       "determine_available_memory)", terms, delta - accounted)
+                       "determine_available_memory)", terms, residual)
 
 
 def _pool_tokens(bundle: Bundle) -> tuple[float | None, str]:

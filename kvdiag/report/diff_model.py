@@ -91,10 +91,13 @@ class Term:
     source: str = ""
     why: str = ""
     causes: list[str] = field(default_factory=list)
+    change: float | None = None
+    """The term's own change (after − before, its unit); ``None`` when it is the amount itself. Weights that fell
+    by 7 GiB have change −7 GiB and amount +7 GiB of KV pool."""
 
     def to_dict(self) -> dict:
         return {"key": self.key, "label": self.label, "amount": _num(self.amount), "unit": self.unit,
-                "source": self.source, "why": self.why, "causes": list(self.causes)}
+                "change": _num(self.change), "source": self.source, "why": self.why, "causes": list(self.causes)}
 
 
 @dataclass

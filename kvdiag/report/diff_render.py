@@ -10,7 +10,7 @@ import json
 import textwrap
 
 from ..redaction import redact
-from .common import _fmt_value
+from .common import _fmt_value, headline_label
 from .diff_model import DiffResult, DiffRow, Explanation
 from .formats import _redact_values
 
@@ -73,7 +73,9 @@ def explanation_lines(e: Explanation) -> list[str]:
         head = f"{e.label}: " + ("; ".join(t.label for t in e.terms) if e.terms else
                                  "no configuration line that changed explains it")
         return [head]
-    parts = [f"{t.label} {_amount(t.amount, t.unit)}" for t in e.terms]
+    parts = [f"{t.label} {_amount(t.change, t.unit)} ({_amount(t.amount, t.unit)} of the {e.label})"
+             if t.change is not None and t.change != t.amount else f"{t.label} {_amount(t.amount, t.unit)}"
+             for t in e.terms]
     head = f"{e.label} {_amount(e.delta, e.unit)}: " + ("; ".join(parts) if parts else "no printed term moved")
     lines = [head]
     for t in e.terms:
@@ -85,12 +87,19 @@ def explanation_lines(e: Explanation) -> list[str]:
     return lines
 
 
+def _label(side) -> str:
+    """UNKNOWN for a side kvdiag could not judge (exit 3), else the severity in capitals (as analyze's headline)."""
+    from types import SimpleNamespace
+
+    return headline_label(SimpleNamespace(primary=side.primary, severity=side.severity))
+
+
 def render_diff_text(result: DiffResult, width: int = 100) -> str:
     """The side-by-side as plain text: headline, what explains the change, then each section most moved first."""
     b, a = result.before, result.after
     out = [f"kvdiag diff: BEFORE {b.name} ({b.kind}) → AFTER {a.name} ({a.kind})"]
     out.append(f"model: {b.model or '?'} → {a.model or '?'}; vLLM {b.version or '?'} → {a.version or '?'}")
-    out.append(f"verdicts: BEFORE {b.primary} ({b.severity.upper()}) → AFTER {a.primary} ({a.severity.upper()})")
+    out.append(f"verdicts: BEFORE {b.primary} ({_label(b)}) → AFTER {a.primary} ({_label(a)})")
     for w in result.warnings:
         out.append(f"warning: {w}")
     if result.identical:
