@@ -4,18 +4,7 @@ from __future__ import annotations
 
 import click
 
-DIFF_EPILOG = """\b
-Exit codes:
-0  no problem found on either side (with --fail-on-regression: AFTER did not regress)
-1  warning on a side, the worse of the two (with --fail-on-regression: AFTER regressed: fewer KV
-   tokens, a failure BEFORE did not have, or a worse verdict)
-2  critical on a side
-3  could not compare: bad usage, unreadable input, different models (without
-   --allow-different-models), or neither side could be judged
-130  interrupted"""
-
-
-@click.command("diff", epilog=DIFF_EPILOG)
+@click.command("diff")  # its exit codes: the epilog kvdiag.cli sets
 @click.argument("before", metavar="BEFORE")
 @click.argument("after", metavar="AFTER")
 @click.option("--before-also", "before_also", multiple=True, metavar="FILE",
