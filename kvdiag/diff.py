@@ -227,6 +227,40 @@ def read_side(paths: list[str], year: int | None = None, rules_dirs: list[str] |
     return Side(list(paths), kinds, kept[0], report)
 
 
+def read_prometheus_side(url: str, selector: str, start: float, end: float, step: float, instance: str | None = None,
+                         http=None, rules_dirs: list[str] | None = None) -> Side:
+    """One side from a Prometheus-API server: the window ``[start, end]`` of the instance ``selector`` matches (or
+    ``instance`` among them), read by :func:`kvdiag.collect.prometheus.iter_fleet` and judged as ``analyze
+    --prometheus-url`` judges one instance.
+
+    Raises:
+        ScrapeError: the server is unreachable, answers with an error, or holds no vLLM series in the window.
+        InputError: a bad selector, no such instance, or several instances and no ``instance`` to pick one.
+    """
+    from .analyze import _judge
+    from .bundle import iso
+    from .collect.prometheus import iter_fleet
+    from .engine.model import load_rules
+
+    notes: list[str] = []
+    found = list(iter_fleet(url, selector, start, end, step, http=http, notes=notes))
+    names = [n for n, _b in found]
+    if instance is not None:
+        found = [(n, b) for n, b in found if n == instance]
+        if not found:
+            raise InputError(f"{url}: no instance {instance!r} in {iso(start)} .. {iso(end)} (found: "
+                             f"{', '.join(names[:10]) or 'none'})")
+    if len(found) > 1:
+        raise InputError(f"{url}: the selector {selector or '{}'} matches {len(found)} instances in {iso(start)} .. "
+                         f"{iso(end)} ({', '.join(names[:10])}): give --instance, or a selector that picks one")
+    name, bundle = found[0]
+    verdict, findings = _judge(load_rules(list(rules_dirs or [])), bundle)
+    window = {"start": iso(start), "end": iso(end)}
+    report = Report(verdict=verdict, findings=findings, inputs=[i.to_dict() for i in bundle.inputs], window=window,
+                    notes=notes)
+    return Side([f"{name} {iso(start)} .. {iso(end)}"], ["prometheus"], bundle, report)
+
+
 @contextmanager
 def _plain_all(paths: list[str]):
     from contextlib import ExitStack

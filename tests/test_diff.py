@@ -241,3 +241,41 @@ def test_non_default_args_and_engine_lines_reach_the_bundle():
 
 def test_worse_exit_ranks_critical_over_warning_over_unknown():
     assert worse_exit(0, 3) == 3 and worse_exit(3, 1) == 1 and worse_exit(1, 2) == 2 and worse_exit(0, 0) == 0
+
+
+# --- two windows of one Prometheus -----------------------------------------------------------------------------------
+def _raw(om: str, metric: str, t0: float, t1: float) -> list[float]:
+    pat = re.compile(r"^" + re.escape(metric) + r"\{[^}]*\} (\S+) (\S+)$")
+    return [float(m.group(1)) for m in map(pat.match, om.splitlines()) if m and t0 <= float(m.group(2)) <= t1]
+
+
+def test_two_windows_of_one_prometheus(tmp_path):
+    from promserver import PROMETHEUS, PROMTOOL, PrometheusServer, backfill
+
+    assert PROMETHEUS and PROMTOOL, "needs Debian's prometheus package (apt-get install prometheus; see .ci/run)"
+    om = gzip.decompress((D / "lab-max-num-seqs" / "before" / "recording.om.gz").read_bytes()).decode()
+    om = re.sub(r"^([A-Za-z_:][\w:]*)\{", r'\1{instance="lab:8000",job="lab",', om, flags=re.M)
+    (tmp_path / "lab.om").write_text(om)
+    backfill(tmp_path / "lab.om", tmp_path / "data")
+    times = sorted({float(t) for t in re.findall(r"^vllm:kv_cache_usage_perc\{[^}]*\} \S+ (\S+)$", om, flags=re.M)})
+    mid = times[len(times) // 2]
+    w1, w2 = (times[0], mid), (mid + 10, times[-1])
+    with PrometheusServer(tmp_path / "data") as prom:
+        r = run_kvdiag("diff", "--prometheus-url", prom.url, "--selector", '{job="lab"}', "--step", "10s",
+                       "--before-window", f"{w1[0]:.3f}..{w1[1]:.3f}", "--after-window", f"{w2[0]:.3f}..{w2[1]:.3f}",
+                       "--format", "json")
+        bad = run_kvdiag("diff", "--prometheus-url", prom.url, "--selector", '{job="nothing"}',
+                         "--before-window", f"{w1[0]:.3f}..{w1[1]:.3f}", "--after-window", f"{w2[0]:.3f}..{w2[1]:.3f}")
+    assert r.code in (0, 1, 2), r.err
+    doc = r.json()
+    jsonschema.validate(doc, SCHEMA)
+    rows = {row["key"]: row for row in doc["rows"]}
+    for side, (t0, t1) in (("before", w1), ("after", w2)):
+        counter = _raw(om, "vllm:num_preemptions_total", t0, t1)
+        raw = counter[-1] - counter[0]
+        got = rows["run.preemptions"][side]
+        assert got == pytest.approx(raw, rel=0.25, abs=3), (side, got, raw)  # PromQL increase() extrapolates
+        usage = _raw(om, "vllm:kv_cache_usage_perc", t0, t1)
+        assert rows["run.kv_cache_usage_mean"][side] == pytest.approx(sum(usage) / len(usage), abs=0.03)
+    assert doc["before"]["kind"] == "prometheus" and "lab:8000" in doc["before"]["name"]
+    assert bad.code == 3 and len(bad.err.strip().splitlines()) == 1
