@@ -279,3 +279,61 @@ def test_two_windows_of_one_prometheus(tmp_path):
         assert rows["run.kv_cache_usage_mean"][side] == pytest.approx(sum(usage) / len(usage), abs=0.03)
     assert doc["before"]["kind"] == "prometheus" and "lab:8000" in doc["before"]["name"]
     assert bad.code == 3 and len(bad.err.strip().splitlines()) == 1
+
+
+# --- the rules behind the explanations, on small logs ------------------------------------------------------------------
+def _side_of(tmp_path, name: str, text: str):
+    p = tmp_path / name
+    p.write_text(text)
+    return read_side([str(p)])
+
+
+BANNER = "(APIServer pid=1) INFO 05-01 20:44:30 [api_server.py:1805] vLLM API server version {v}\n"
+M9 = "(EngineCore pid=187) INFO 05-01 20:47:46 [gpu_model_runner.py:6042] Estimated CUDA graph memory: {g} GiB total\n"
+
+
+@pytest.mark.parametrize("version, counted", [("0.20.0", False), ("0.21.0", True), ("0.33.0", True)])
+def test_cuda_graph_estimate_counts_in_the_budget_from_0_21(tmp_path, version, counted):
+    """vLLM prints the M9 estimate before 0.21 too (0.20.0 in shared/fixtures/capacity U01), but subtracts it from the
+    KV budget only from 0.21 ('CUDA graph memory profiling is enabled (default since v0.21.0)')."""
+    from kvdiag.diff import _cudagraph_budgeted
+
+    side = _side_of(tmp_path, "v.log", BANNER.format(v=version) + M9.format(g="0.36"))
+    value, _src, why = _cudagraph_budgeted(side.bundle)
+    assert value == (pytest.approx(0.36 * GIB) if counted else 0.0), why
+
+
+def test_an_upgrade_that_starts_counting_cuda_graphs_names_them(tmp_path):
+    """0.20 → 0.21 with the same estimate and everything else equal: the pool shrinks by the estimate, and the
+    explanation names the CUDA-graph term and the version."""
+    kv = "(EngineCore pid=187) INFO 05-01 20:47:46 [gpu_worker.py:440] Available KV cache memory: {kv} GiB\n"
+    w = "(EngineCore pid=187) INFO 05-01 20:45:53 [gpu_model_runner.py:3659] Model loading took 14.25 GiB memory and 9.1 seconds\n"
+    before = _side_of(tmp_path, "b.log", BANNER.format(v="0.20.0") + w + M9.format(g="3.20") + kv.format(kv="40.00"))
+    after = _side_of(tmp_path, "a.log", BANNER.format(v="0.21.0") + w + M9.format(g="3.20") + kv.format(kv="36.80"))
+    from kvdiag.diff import compare
+
+    res = compare(before, after)
+    e = _explanation(res, "kv_cache_memory_bytes")
+    assert e.terms[0].key == "cudagraph" and e.terms[0].amount == pytest.approx(-3.2 * GIB)
+    assert e.residual == pytest.approx(0.0, abs=0.01 * GIB)
+    assert any(c.startswith("vLLM version 0.20.0 → 0.21.0") for c in e.terms[0].causes)
+    assert any(r.startswith("less KV memory") for r in res.regressions)
+
+
+def test_a_value_neither_side_sets_is_called_a_default(tmp_path):
+    """The lab's 0.33 log with the scheduler line of a version whose default is 2048 tokens: neither 'non-default
+    args' sets max_num_batched_tokens, so the row says the versions' defaults differ."""
+    src = (D / "lab-max-num-seqs" / "before" / "vllm.log").read_text()
+    older = src.replace("max_num_batched_tokens=8192", "max_num_batched_tokens=2048").replace("version 0.33.0",
+                                                                                              "version 0.32.0")
+    res = diff_inputs([str(_write(tmp_path, "older.log", older))], [str(D / "lab-max-num-seqs" / "before" / "vllm.log")])
+    row = {r.key: r for r in res.rows}["max_num_batched_tokens"]
+    assert (row.before, row.after) == (2048, 8192) and row.note.startswith("a default on both sides")
+    seqs = {r.key: r for r in res.rows}["max_num_seqs"]
+    assert not seqs.changed  # set on both sides to the same value
+
+
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p

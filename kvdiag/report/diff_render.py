@@ -100,8 +100,11 @@ def render_diff_text(result: DiffResult, width: int = 100) -> str:
     out = [f"kvdiag diff: BEFORE {b.name} ({b.kind}) → AFTER {a.name} ({a.kind})"]
     out.append(f"model: {b.model or '?'} → {a.model or '?'}; vLLM {b.version or '?'} → {a.version or '?'}")
     out.append(f"verdicts: BEFORE {b.primary} ({_label(b)}) → AFTER {a.primary} ({_label(a)})")
+    for tag, side in (("BEFORE", b), ("AFTER", a)):
+        if side.summary:
+            out += textwrap.wrap(f"{tag}: {side.summary}", width=width, initial_indent="  ", subsequent_indent="    ")
     for w in result.warnings:
-        out.append(f"warning: {w}")
+        out += textwrap.wrap(f"warning: {w}", width=width, subsequent_indent="  ")
     if result.identical:
         out.append("")
         out.append("No difference: both inputs give the same start-up budget, configuration, run and verdict.")
@@ -155,9 +158,9 @@ def render_diff_markdown(result: DiffResult) -> str:
     b, a = result.before, result.after
     out = ["# kvdiag diff", "",
            f"- BEFORE: `{_md(b.name)}` ({b.kind}), {b.model or '?'}, vLLM {b.version or '?'}: **{b.primary}** "
-           f"({b.severity})",
+           f"({_label(b)}) — {_md(b.summary)}",
            f"- AFTER: `{_md(a.name)}` ({a.kind}), {a.model or '?'}, vLLM {a.version or '?'}: **{a.primary}** "
-           f"({a.severity})"]
+           f"({_label(a)}) — {_md(a.summary)}"]
     out += [f"- warning: {_md(w)}" for w in result.warnings]
     out.append("")
     if result.identical:
