@@ -337,3 +337,14 @@ def _write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+def test_a_secret_in_non_default_args_reaches_no_output(tmp_path):
+    src = (D / "lab-max-num-seqs" / "after" / "vllm.log").read_text()
+    leaky = src.replace("'max_num_seqs': 64}", "'max_num_seqs': 64, 'api_key': ['sk-live-0123456789abcdef']}")
+    assert leaky != src
+    p = _write(tmp_path, "leaky.log", leaky)
+    res = diff_inputs([str(D / "lab-max-num-seqs" / "after" / "vllm.log")], [str(p)])
+    assert any(r.key == "engine_args.api_key" and r.changed for r in res.rows)  # the key is compared, not its value
+    for out in (render_diff_text(res), render_diff_markdown(res), render_diff_json(res)):
+        assert "sk-live-0123456789abcdef" not in out
