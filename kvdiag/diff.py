@@ -726,6 +726,10 @@ def compare(before: Side, after: Side, allow_different_models: bool = False,
                         "BEFORE" if not bi.model else "AFTER") + ": not checked that both serve the same model")
     rows = build_rows(before, after)
     for side, info in (("BEFORE", before), ("AFTER", after)):
+        starts = info.bundle.signal("startup_segments")
+        if len(starts) > 1:
+            warnings.append(f"{side} holds {len(starts)} start-ups ({', '.join(starts['source'].astype(str)[:4])}): "
+                            "each line shows its last value, from the last start-up that printed it")
         if not any(info.bundle.has(n) for n, _ in BUDGET_LINES if n not in ("max_concurrency",)):
             warnings.append(f"{side} has no start-up memory lines (a page or recording without the log?)")
     return DiffResult(bi, ai, rows, explain(before, after, rows), regressions(before, after), warnings,

@@ -348,3 +348,14 @@ def test_a_secret_in_non_default_args_reaches_no_output(tmp_path):
     assert any(r.key == "engine_args.api_key" and r.changed for r in res.rows)  # the key is compared, not its value
     for out in (render_diff_text(res), render_diff_markdown(res), render_diff_json(res)):
         assert "sk-live-0123456789abcdef" not in out
+
+
+def test_a_log_of_two_start_ups_gives_the_last_one_and_says_so(tmp_path):
+    pair = D / "real-qwen2-7b-gpu-memory-utilization"
+    both = _write(tmp_path, "restarted.log", (pair / "before.log").read_text() + (pair / "after.log").read_text())
+    res = diff_inputs([str(pair / "before.log")], [str(both)])
+    rows = {r.key: r for r in res.rows}
+    assert rows["kv_cache_memory_bytes"].after == pytest.approx(
+        _log_value(pair / "after.log", r"Available KV cache memory: ([\d.]+) GiB") * GIB)
+    assert rows["gpu_memory_utilization"].after == 0.5
+    assert any(w.startswith("AFTER holds 2 start-ups") for w in res.warnings)
