@@ -540,8 +540,36 @@ def explain(before: Side, after: Side, rows: list[DiffRow]) -> list[Explanation]
     tok = _explain_tokens(bb, ab, changed)
     if tok is not None:
         out.append(tok)
+    conc = _explain_concurrency(bb, ab, changed)
+    if conc is not None:
+        out.append(conc)
     out += _explain_run(rows, changed)
     return out
+
+
+def _explain_concurrency(bb: Bundle, ab: Bundle, changed: dict[str, DiffRow]) -> Explanation | None:
+    """Max concurrency ≈ pool tokens / max_model_len (V0, V1 uniform models): its ratio splits into the two
+    factors' ratios (a hybrid model's worst case per request differs; the factors are then only the printed
+    lines')."""
+    (cb, _), (ca, _) = fact(bb, "max_concurrency"), fact(ab, "max_concurrency")
+    if not (isinstance(cb, float) and isinstance(ca, float)) or cb <= 0 or ca <= 0 or abs(ca / cb - 1) < 0.005:
+        return None
+    terms = []
+    (tb, _), (ta, _) = _pool_tokens(bb), _pool_tokens(ab)
+    if isinstance(tb, float) and isinstance(ta, float) and tb > 0 and abs(ta / tb - 1) >= 0.005:
+        terms.append(Term("kv_cache_size_tokens", f"KV pool tokens ×{ta / tb:.2f} ({tb:,.0f} → {ta:,.0f})", 0.0, "x"))
+    elif not (isinstance(tb, float) and isinstance(ta, float)):
+        (nb, _), (na, _) = fact(bb, "num_gpu_blocks"), fact(ab, "num_gpu_blocks")
+        (sb, _), (sa, _) = fact(bb, "block_size"), fact(ab, "block_size")
+        if isinstance(nb, float) and isinstance(na, float) and nb > 0 and sb == sa and abs(na / nb - 1) >= 0.005:
+            terms.append(Term("num_gpu_blocks", f"GPU blocks ×{na / nb:.2f} ({nb:,.0f} → {na:,.0f})", 0.0, "x"))
+    (mb, _), (ma, _) = fact(bb, "max_model_len"), fact(ab, "max_model_len")
+    if isinstance(mb, float) and isinstance(ma, float) and mb > 0 and abs(ma / mb - 1) >= 0.005:
+        terms.append(Term("max_model_len", f"max_model_len ×{ma / mb:.2f} ({mb:,.0f} → {ma:,.0f}): each request may "
+                                           "need that many more tokens", 0.0, "x"))
+    return Explanation("max_concurrency", f"max concurrency {cb:.2f}x → {ca:.2f}x (×{ca / cb:.2f})", ca - cb, "x",
+                       "max concurrency ≈ pool tokens / max_model_len (uniform models; hybrid models count a "
+                       "request's worst case per KV group)", terms, None)
 
 
 def _explain_pool(bb: Bundle, ab: Bundle, kb: float, ka: float, changed: dict[str, DiffRow]) -> Explanation:
@@ -674,8 +702,19 @@ def _explain_run(rows: list[DiffRow], changed: dict[str, DiffRow]) -> list[Expla
 
 
 # --- regressions, identity -------------------------------------------------------------------------------------------
-def regressions(before: Side, after: Side) -> list[str]:
-    """What AFTER lost: fewer KV tokens (or KV memory), a failure BEFORE did not have, a worse verdict."""
+_FAILURE_CAUSES = {  # the configuration lines known to bring on each failure (vLLM's code paths)
+    "sampler_warmup_oom": ("max_num_seqs", "gpu_memory_utilization", "vllm_version"),
+    "kv_capacity_error": ("max_model_len", "gpu_memory_utilization", "max_num_seqs", "vllm_version"),
+    "cuda_oom": ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "vllm_version"),
+    "engine_start_failed": ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "vllm_version"),
+    "startup_crash": ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "vllm_version"),
+}
+
+
+def regressions(before: Side, after: Side, rows: list[DiffRow] | None = None) -> list[str]:
+    """What AFTER lost: fewer KV tokens (or KV memory), a failure BEFORE did not have (with the changed lines known
+    to bring it on), a worse verdict."""
+    changed = _changed_config(rows or [])
     out = []
     (tb, _), (ta, tas) = _pool_tokens(before.bundle), _pool_tokens(after.bundle)
     if isinstance(tb, float) and isinstance(ta, float) and ta < tb:
@@ -687,10 +726,15 @@ def regressions(before: Side, after: Side) -> list[str]:
     for name in _FAILURES:
         if after.bundle.has(name) and not before.bundle.has(name):
             src = str(after.bundle.signal(name)["source"].iloc[0])
-            out.append(f"a new failure: {SIGNALS[name].description} ({src})")
+            causes = [f"{r.label} {_show(r.before, r.unit)} → {_show(r.after, r.unit)}"
+                      for k in _FAILURE_CAUSES.get(name, ()) if (r := changed.get(k)) is not None]
+            out.append(f"a new failure: {SIGNALS[name].description} ({src})"
+                       + (f"; changed: {', '.join(causes)}" if causes else ""))
     vb, va = before.report.verdict, after.report.verdict
     if _SEVERITY_RANK.get(va.severity, 0) > _SEVERITY_RANK.get(vb.severity, 0):
-        out.append(f"a worse verdict: {vb.primary} ({vb.severity}) → {va.primary} ({va.severity})")
+        def show(v):
+            return "could not judge" if v.primary == "inconclusive" else f"{v.primary} ({v.severity})"
+        out.append(f"a worse verdict: {show(vb)} → {show(va)}")
     return out
 
 
@@ -732,7 +776,7 @@ def compare(before: Side, after: Side, allow_different_models: bool = False,
                             "each line shows its last value, from the last start-up that printed it")
         if not any(info.bundle.has(n) for n, _ in BUDGET_LINES if n not in ("max_concurrency",)):
             warnings.append(f"{side} has no start-up memory lines (a page or recording without the log?)")
-    return DiffResult(bi, ai, rows, explain(before, after, rows), regressions(before, after), warnings,
+    return DiffResult(bi, ai, rows, explain(before, after, rows), regressions(before, after, rows), warnings,
                       fail_on_regression)
 
 

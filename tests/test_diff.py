@@ -359,3 +359,14 @@ def test_a_log_of_two_start_ups_gives_the_last_one_and_says_so(tmp_path):
         _log_value(pair / "after.log", r"Available KV cache memory: ([\d.]+) GiB") * GIB)
     assert rows["gpu_memory_utilization"].after == 0.5
     assert any(w.startswith("AFTER holds 2 start-ups") for w in res.warnings)
+
+
+def test_max_concurrency_splits_into_pool_and_max_model_len():
+    pair = D / "real-llama31-8b-max-model-len"
+    res = diff_inputs([str(pair / "before.log")], [str(pair / "after.log")])
+    e = _explanation(res, "max_concurrency")
+    labels = [t.label for t in e.terms]
+    assert any(lb.startswith("GPU blocks ×0.76 (1,952 → 1,478)") for lb in labels)
+    assert any(lb.startswith("max_model_len ×1.45 (20,000 → 29,000)") for lb in labels)
+    new = [r for r in res.regressions if r.startswith("a new failure")]
+    assert new and new[0].endswith("changed: max_model_len 20,000 tokens → 29,000 tokens")
