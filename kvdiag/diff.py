@@ -534,7 +534,7 @@ def explain(before: Side, after: Side, rows: list[DiffRow]) -> list[Explanation]
     bb, ab = before.bundle, after.bundle
     changed = _changed_config(rows)
     out: list[Explanation] = []
-    (kb, kbs), (ka, kas) = fact(bb, "kv_cache_memory_bytes"), fact(ab, "kv_cache_memory_bytes")
+    (kb, _), (ka, _) = fact(bb, "kv_cache_memory_bytes"), fact(ab, "kv_cache_memory_bytes")
     if isinstance(kb, float) and isinstance(ka, float) and abs(ka - kb) >= 0.01 * GIB:
         out.append(_explain_pool(bb, ab, kb, ka, changed))
     tok = _explain_tokens(bb, ab, changed)
