@@ -36,6 +36,7 @@ from .report.model import Report
 from .signals import SIGNALS
 
 GIB = 2 ** 30
+_ABS_FLOOR = {"requests": 0.5, "ratio": 0.005}  # a mean of 0.1 → 0.3 waiting requests, or 0.2 points of usage, did not move
 MOVE_THRESHOLD = 0.005
 """A number that moved by less than this share of its larger value did not move (rounding of printed values,
 the jitter of a gauge's mean)."""
@@ -407,7 +408,7 @@ def _moved(before, after, unit: str, scale: float | None) -> float:
     if isinstance(before, str) or isinstance(after, str):
         return 0.0 if str(before) == str(after) else 1.0
     a, b = float(before), float(after)
-    if a == b or abs(b - a) < MOVE_THRESHOLD * max(abs(a), abs(b)):
+    if a == b or abs(b - a) < MOVE_THRESHOLD * max(abs(a), abs(b)) or abs(b - a) < _ABS_FLOOR.get(unit, 0.0):
         return 0.0
     if unit == "bytes" and scale:
         return min(1.0, abs(b - a) / scale)
@@ -499,8 +500,11 @@ def _cudagraph_budgeted(bundle: Bundle) -> tuple[float | None, str, str]:
 
 
 def _changed_config(rows: list[DiffRow]) -> dict[str, DiffRow]:
-    """The lines that moved, by key (configuration, and the budget's own settings such as gpu_memory_utilization)."""
-    return {r.key: r for r in rows if r.section in ("config", "budget") and r.changed}
+    """The lines that moved, by key (configuration, and the budget's own settings such as gpu_memory_utilization):
+    a value on both sides, or one that 'non-default args' sets on one side only (the other side then has its
+    version's default). A line one side simply does not print is not a change."""
+    return {r.key: r for r in rows if r.section in ("config", "budget") and r.changed
+            and ((r.before is not None and r.after is not None) or r.note.startswith("set on"))}
 
 
 def _fmt(v: float, unit: str) -> str:
@@ -526,6 +530,8 @@ def _causes(term_key: str, changed: dict[str, DiffRow]) -> list[str]:
 def _show(v, unit: str) -> str:
     from .report.common import _fmt_value
 
+    if unit == "bool" and isinstance(v, (int, float)):
+        return "True" if v else "False"
     return "(absent)" if v is None else _fmt_value(v, unit)
 
 
@@ -674,8 +680,8 @@ def _explain_run(rows: list[DiffRow], changed: dict[str, DiffRow]) -> list[Expla
     by = {r.key: r for r in rows if r.section == "run"}
     out = []
     causes = []
-    for key in ("block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_size_tokens", "enable_prefix_caching",
-                "max_model_len", "cache_dtype", "vllm_version"):
+    for key in ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "max_model_len",
+                "cache_dtype", "vllm_version"):
         r = changed.get(key)
         if r is not None:
             why = {"max_num_seqs": "at most max_num_seqs requests run at once: fewer run, more wait, fewer are "

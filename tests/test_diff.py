@@ -370,3 +370,13 @@ def test_max_concurrency_splits_into_pool_and_max_model_len():
     assert any(lb.startswith("max_model_len ×1.45 (20,000 → 29,000)") for lb in labels)
     new = [r for r in res.regressions if r.startswith("a new failure")]
     assert new and new[0].endswith("changed: max_model_len 20,000 tokens → 29,000 tokens")
+
+
+def test_a_line_one_side_does_not_print_is_not_named_as_a_cause():
+    """A recording (no start-up lines) against a log: the run's change names block_size (on both sides, from
+    cache_config_info and the log), never the settings only the log prints."""
+    res = diff_inputs([str(D / "lab-block-size" / "before" / "recording.om.gz")],
+                      [str(D / "lab-block-size" / "after" / "vllm.log")])
+    e = _explanation(res, "run.kv_cache_usage_mean")
+    assert [t.label.split(" ")[0] for t in e.terms] == ["block_size"]
+    assert not any(x.key == "run.num_requests_waiting_mean" for x in res.explanations)  # 0.0 → 0.3 is no move
