@@ -547,6 +547,16 @@ from .estimate_cmd import estimate  # noqa: E402  (the capacity model's command)
 estimate.epilog = ESTIMATE_CODES
 cli.add_command(estimate)
 
+from .diff_cmd import diff  # noqa: E402  (two inputs compared: kvdiag/diff.py)
+
+diff.epilog = exit_codes(("0", "no problem found on either side (--fail-on-regression: AFTER did not regress)"),
+                         ("1", "warning, the worse of the two verdicts (--fail-on-regression: AFTER regressed: fewer KV "
+                               "tokens, a failure BEFORE did not have, a worse verdict)"),
+                         ("2", "critical, the worse of the two verdicts"),
+                         ("3", "a side could not be judged and the other shows no problem, bad usage, unreadable input, or "
+                               "different models (without --allow-different-models)"), INTERRUPT_ROW)
+cli.add_command(diff)
+
 
 def _terminated(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
     raise KeyboardInterrupt

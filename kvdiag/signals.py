@@ -151,6 +151,12 @@ _SIGNALS = [
     Signal("vllm_version", "fact", "text", "vLLM version", (), ("banner / 'vLLM API server version' / engine config",)),
     Signal("tensor_parallel_size", "fact", "count", "tensor parallel size", (), ("engine args",)),
     Signal("max_num_seqs", "fact", "requests", "scheduler max_num_seqs", (), ("engine args", "Mamba blocks error")),
+    Signal("max_num_batched_tokens", "fact", "tokens", "scheduler max_num_batched_tokens (tokens per step; the "
+           "profile run's size)", (), ("engine args", "'Chunked prefill is enabled with max_num_batched_tokens=N'")),
+    Signal("engine_args", "fact", "text", "the 'non-default args:' dict as vLLM printed it (0.10+), redacted",
+           (), ("'non-default args: {...}' (entrypoints/utils.py)",)),
+    Signal("engine_generation", "fact", "text", "V0 or V1, where the engine config line says it",
+           (), ("'Initializing a V0|V1 LLM engine (vX) with config: ...'",)),
     Signal("mamba_cache_blocks", "fact", "blocks", "Mamba / linear-attention state blocks (one per running sequence)",
            (), ("'max_num_seqs (S) exceeds available Mamba cache blocks (B)' (2026)",)),
     # --- events (log only) ----------------------------------------------------------------------

@@ -153,6 +153,8 @@ LINES: dict[str, tuple[str, dict]] = {
     "args": ("(APIServer pid=12) INFO 05-11 09:30:00 [startup.py:96] non-default args: {'model_tag': "
              "'Qwen/Qwen2.5-7B-Instruct', 'disable_uvicorn_access_log': True, 'model': 'Qwen/Qwen2.5-7B-Instruct', "
              "'max_model_len': 32768}", {"max_model_len": [32768]}),
+    "chunked_prefill": ("(APIServer pid=1671) INFO 09-04 01:02:38 [scheduler.py:222] Chunked prefill is enabled with "
+                        "max_num_batched_tokens=2048.", {"max_num_batched_tokens": [2048]}),
     "max_len": ("(APIServer pid=12) INFO 05-11 09:30:01 [model.py:2170] Using max model len 32768",
                 {"max_model_len": [32768]}),
     "failing_request": ("WARNING 06-16 21:30:00 scheduler.py:1200] Failing the request 17 because there's not enough "

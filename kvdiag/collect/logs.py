@@ -1012,6 +1012,9 @@ def _version(c: LogCollector, m: re.Match, line: Line) -> None:
     """Version banner (0.33 'version 0.33.0'), 'vLLM API server version X', 'Initializing a V0 LLM engine (vX)'."""
     c.version = _bounded(m.group(1))
     c._add("vllm_version", None, line, text=c.version)
+    mm = re.search(r"Initializing an? (V[01]) LLM engine", line.msg)
+    if mm:
+        c._add("engine_generation", None, line, text=mm.group(1))
     c._new_segment(line, "version")
 
 
@@ -1024,6 +1027,7 @@ def _args(c: LogCollector, m: re.Match, line: Line) -> None:
         "block_size": r"\bblock_size['\"]?\s*[=:]\s*(\d+)",
         "tensor_parallel_size": r"\btensor_parallel_size['\"]?\s*[=:]\s*(\d+)",
         "max_num_seqs": r"\bmax_num_seqs['\"]?\s*[=:]\s*(\d+)",
+        "max_num_batched_tokens": r"\bmax_num_batched_tokens['\"]?\s*[=:]\s*(\d+)",
     }
     for signal, pat in pats.items():
         mm = re.search(pat, msg)
@@ -1032,6 +1036,9 @@ def _args(c: LogCollector, m: re.Match, line: Line) -> None:
     mm = re.search(r"\bkv_cache_dtype['\"]?\s*[=:]\s*'?([\w]+)", msg)
     if mm:
         c._add("cache_dtype", None, line, text=mm.group(1))
+    nd = msg.find("non-default args: ")
+    if nd >= 0:  # the whole dict as printed (entrypoints/utils.py 0.10+), for 'kvdiag diff'; secrets are redacted
+        c._add("engine_args", None, line, text=msg[nd + len("non-default args: "):][:ENGINE_ARGS_CHARS])
     mm = re.search(r"\benable_prefix_caching['\"]?\s*[=:]\s*(True|False)", msg)
     if mm:
         c._add("enable_prefix_caching", 1.0 if mm.group(1) == "True" else 0.0, line)
@@ -1062,6 +1069,15 @@ def _identity(c: LogCollector, msg: str, line: Line) -> None:
         _set_multimodal(c, line, is_multimodal_architecture(mm.group(1)))
     if _MM_ARGS.search(msg):
         _set_multimodal(c, line, True)
+
+
+ENGINE_ARGS_CHARS = 4000
+"""At most this many characters of a 'non-default args:' dict kept as the ``engine_args`` text."""
+
+
+def _chunked_prefill(c: LogCollector, m: re.Match, line: Line) -> None:
+    """'Chunked prefill is enabled with max_num_batched_tokens=N.' (config/scheduler.py 0.33; config.py before)."""
+    c._add("max_num_batched_tokens", float(m.group(1)), line)
 
 
 def _max_len(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -1448,6 +1464,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
                            r"█\s+version\s+)(\d+\.\d+[\w.+-]*)"), _version),
     ("args", re.compile(r"args: Namespace\(|with config: |non-default args: |max_parallel_loading_workers="), _args),
     ("max_len", re.compile(r"Using max model len (\d+)"), _max_len),
+    ("chunked_prefill", re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"), _chunked_prefill),
     ("K7", re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"), _k7),
     ("K9", re.compile(r"Auto-fit max_model_len: (?:reduced from (?P<from>\d+) to (?P<reduced>\d+)|full model context "
                       r"length (?P<full>\d+) fits) (?:to fit )?in available (?:KV cache|GPU) memory(?: \((?P<kv>[\d.]+) "
@@ -1538,6 +1555,7 @@ EVENT_VERSIONS: dict[str, str] = {
     "version": "'vLLM API server version' 0.4+, 'Initializing an LLM engine (vX)' V0, banner 0.33",
     "args": "all ('args: Namespace(' to 0.9, 'non-default args:' 0.10+, 'with config:' all)",
     "max_len": "V1 0.8+",
+    "chunked_prefill": "0.6+ (config.py; config/scheduler.py 0.33, read in the 0.33 wheel)",
     "failing_request": "V0 0.4-0.10", "prompt_too_long": "V0 0.4-0.10",
     "stats_disabled": "0.10+",
     "worker_method": "V0 0.5-0.10 (multiproc workers)",
