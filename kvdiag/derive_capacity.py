@@ -1,4 +1,4 @@
-"""Derived signals from the capacity model (``kvdiag/capacity.py``): weights vs the GPU, and the numbers
+"""Derived signals from the capacity model (the ``kvdiag/capacity/`` package): weights vs the GPU, and the numbers
 remedies quote (the gpu_memory_utilization that fits, the fp8 pool, the tensor parallel size that fits).
 
 Runs only when ``--model-config`` is given. Every value is per worker (one TP rank) unless named otherwise.
