@@ -82,6 +82,12 @@ from .weights import (  # noqa: F401
     weights_bytes, weights_bytes_per_gpu,
 )
 
+from .speculative import EAGLE_HEAD_LAYERS, SPECULATIVE_METHODS, drafter_layers  # noqa: F401
+from .versions import (  # noqa: F401
+    DCP_TOKEN_LINE_MULTIPLIED, DEEPSEEK_HEAD_192_FROM, GDN_SSM_DTYPE_FROM, MAMBA_SPEC_BLOCKS_FROM, MAMBA_SPEC_CONV_FROM,
+    MLA_FROM, VllmVersion, parse_vllm_version_full, prerelease_note, version_at_least,
+)
+from .mla import caches_mla_latent, mla_bytes_per_token_per_layer, pre_mla_head_size  # noqa: F401
 
 __all__ = [
     "GIB",
@@ -123,4 +129,8 @@ __all__ = [
     "weights_bytes",
     "weights_bytes_per_gpu",
     "non_kv_bytes_estimate",
+    "VllmVersion",
+    "parse_vllm_version_full",
+    "drafter_layers",
+    "SPECULATIVE_METHODS",
 ]

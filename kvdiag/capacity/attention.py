@@ -6,7 +6,9 @@ MLA layers are sized in :mod:`.mla`; sliding-window layers cost the same per tok
 
 from __future__ import annotations
 
-from .mla import FP8_DS_MLA_BYTES_PER_TOKEN
+from kvdiag.errors import InputError
+
+from .mla import caches_mla_latent, mla_bytes_per_token_per_layer, pre_mla_head_size
 from .parallel import pipeline_stage_layers
 from .shape import ModelShape
 from .units import _ATTENTION_LAYERS, _check_positive, kv_cache_dtype_bytes
@@ -32,13 +34,16 @@ def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
 
 
 def attention_bytes_per_token_per_layer(
-    shape: ModelShape, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1
+    shape: ModelShape, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
+    vllm_version: tuple[int, int, int] | None = None,
 ) -> int:
     """Bytes one attention layer stores per token on one TP rank.
 
     MHA/GQA/MQA: ``2 × H_kv_per_rank × head_dim × s`` (K and V). MLA: ``(kv_lora_rank +
     qk_rope_head_dim) × s``, one latent, not split by TP; ``fp8_ds_mla`` is a fixed 656 bytes.
-    Source: ``v1/kv_cache_interface.py`` ``AttentionSpec`` / ``MLAAttentionSpec`` @ v0.11.0.
+    Source: ``v1/kv_cache_interface.py`` ``AttentionSpec`` / ``MLAAttentionSpec`` @ v0.11.0. DeepSeek-V2/V3 on
+    vLLM before 0.7.1 (``vllm_version``): ``2 × max(1, kv_heads // tp) × head × s`` with head 256 (< 0.7.0) or
+    ``qk_nope + qk_rope`` (0.7.0), ``config.py get_head_size`` @ v0.6.4 / v0.7.0 (:mod:`.mla`).
 
     Args:
         shape: from :func:`model_shape`.
@@ -55,9 +60,15 @@ def attention_bytes_per_token_per_layer(
     if shape.attention_kind == "none":
         return 0
     if shape.attention_kind == "mla":
-        if str(kv_cache_dtype).lower() == "fp8_ds_mla":
-            return FP8_DS_MLA_BYTES_PER_TOKEN
-        return shape.head_dim * kv_cache_dtype_bytes(kv_cache_dtype, shape.dtype_bytes)
+        if caches_mla_latent(shape.model_type, vllm_version):
+            return mla_bytes_per_token_per_layer(shape.head_dim, kv_cache_dtype, shape.dtype_bytes)
+        # Before MLA support (< 0.7.1): full per-head K and V (mla.py, versions.MLA_FROM).
+        if shape.qk_nope_head_dim is None or shape.mla_num_kv_heads is None:
+            raise InputError("config: missing field qk_nope_head_dim (pre-0.7.1 vLLM caches per-head K/V of "
+                             "qk_nope_head_dim + qk_rope_head_dim)")
+        head = pre_mla_head_size(shape.qk_nope_head_dim, shape.qk_rope_head_dim or 0, vllm_version)
+        s = kv_cache_dtype_bytes(kv_cache_dtype, shape.dtype_bytes)
+        return 2 * kv_heads_per_rank(shape.mla_num_kv_heads, tensor_parallel_size) * head * s
     s = kv_cache_dtype_bytes(kv_cache_dtype, shape.dtype_bytes)
     return 2 * kv_heads_per_rank(shape.num_kv_heads, tensor_parallel_size) * shape.head_dim * s
 
@@ -67,6 +78,7 @@ def kv_bytes_per_token(
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
+    vllm_version: tuple[int, int, int] | None = None,
 ) -> int:
     """Plain per-token KV bytes of one worker (the "seed formula").
 
@@ -90,7 +102,7 @@ def kv_bytes_per_token(
     Raises:
         ValueError: unknown ``kv_cache_dtype`` or non-positive parallel sizes.
     """
-    per_layer = attention_bytes_per_token_per_layer(shape, kv_cache_dtype, tensor_parallel_size)
+    per_layer = attention_bytes_per_token_per_layer(shape, kv_cache_dtype, tensor_parallel_size, vllm_version)
     return per_layer * max(
         sum(1 for i in stage if shape.layer_kinds[i] in _ATTENTION_LAYERS)
         for stage in pipeline_stage_layers(shape.num_layers, pipeline_parallel_size)

@@ -10,7 +10,9 @@ from .printing import capacity_notes, kv_capacity_tokens, max_concurrency, pool_
 from .remedies import max_model_len_that_fits
 from .shape import ModelShape
 from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS
-from .versions import _version, default_mamba_cache_mode
+from .mla import caches_mla_latent
+from .speculative import drafter_layers
+from .versions import MAMBA_SPEC_BLOCKS_FROM, _version, default_mamba_cache_mode, prerelease_note, version_at_least
 
 @dataclass(frozen=True)
 class CapacityEstimate:
@@ -47,6 +49,12 @@ def estimate_capacity(
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     vllm_version: str | tuple[int, int, int] | None = None,
     mamba_cache_mode: str | None = None,
+    speculative_method: str | None = None,
+    num_speculative_tokens: int = 0,
+    draft_layers: int | None = None,
+    decode_context_parallel_size: int = 1,
+    mamba_ssm_cache_dtype: str | None = None,
+    prefix_caching: bool = True,
 ) -> CapacityEstimate:
     """Blocks, printed token capacity and concurrency from a worker's KV budget.
 
@@ -60,7 +68,13 @@ def estimate_capacity(
         max_model_len: tokens per request (None: no concurrency).
         max_num_batched_tokens: scheduler token budget.
         vllm_version: selects V0/V1 and the token-line formula.
-        mamba_cache_mode: None = the version default (:func:`default_mamba_cache_mode`).
+        mamba_cache_mode: None = the version default (:func:`default_mamba_cache_mode`, from ``prefix_caching``).
+        speculative_method: ``eagle``, ``eagle3``, ``mtp``, ``ngram`` or None (:mod:`.speculative`).
+        num_speculative_tokens: ``num_speculative_tokens`` of the speculative config.
+        draft_layers: the drafter's decoder layers when not the default (EAGLE head 1, MTP from the config).
+        decode_context_parallel_size: ``--decode-context-parallel-size`` (printed tokens x it; :mod:`.printing`).
+        mamba_ssm_cache_dtype: ``--mamba-ssm-cache-dtype`` (None/``auto``: the config's or the model dtype).
+        prefix_caching: False for ``--no-enable-prefix-caching`` (hybrid state pages per request).
 
     Returns:
         CapacityEstimate.
@@ -71,23 +85,54 @@ def estimate_capacity(
     """
     v = _version(vllm_version)
     v0 = v is not None and v < (0, 8, 0)
+    if decode_context_parallel_size < 1:
+        raise ValueError(f"decode_context_parallel_size must be positive, got {decode_context_parallel_size!r}")
+    if tensor_parallel_size % decode_context_parallel_size:
+        raise ValueError(f"decode_context_parallel_size {decode_context_parallel_size} must divide "
+                         f"tensor_parallel_size {tensor_parallel_size} (vLLM runs DCP inside the TP group)")
+    if num_speculative_tokens < 0:
+        raise ValueError(f"num_speculative_tokens must be >= 0, got {num_speculative_tokens!r}")
+    if speculative_method not in (None, "ngram") and num_speculative_tokens == 0:
+        raise ValueError(f"speculative method {speculative_method}: give num_speculative_tokens >= 1")
+    n_draft = drafter_layers(shape, speculative_method, draft_layers)
+    spec_tokens = num_speculative_tokens if speculative_method else 0
+    ssm = None if mamba_ssm_cache_dtype in (None, "auto") else mamba_ssm_cache_dtype
     layout = kv_cache_layout(
         shape, kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, block_size,
-        hybrid_allocator=not v0,
+        hybrid_allocator=not v0, mamba_ssm_dtype=ssm, drafter_layers=n_draft,
+        num_speculative_tokens=spec_tokens, vllm_version=v,
     )
-    mode = mamba_cache_mode or default_mamba_cache_mode(v)
+    mode = mamba_cache_mode or default_mamba_cache_mode(v, prefix_caching)
+    spec_blocks = spec_tokens if version_at_least(v, MAMBA_SPEC_BLOCKS_FROM) or v is None else 0
+    cp = decode_context_parallel_size
     blocks = num_gpu_blocks_from_kv_memory(kv_memory_bytes, layout.block_bytes)
     tokens = kv_capacity_tokens(
         blocks, layout, vllm_version=v, max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens, mamba_cache_mode=mode,
+        context_parallel_size=cp, num_speculative_blocks=spec_blocks,
     )
     conc = None
     if max_model_len:
         conc = max_concurrency(
             blocks, layout, max_model_len, max_num_batched_tokens=max_num_batched_tokens,
-            mamba_cache_mode=mode, vllm_version=v,
+            mamba_cache_mode=mode, vllm_version=v, context_parallel_size=cp, num_speculative_blocks=spec_blocks,
         )
     notes = list(shape.notes) + list(layout.notes) + capacity_notes(blocks, layout, tokens, v)
+    pre = prerelease_note(vllm_version) if isinstance(vllm_version, str) else None
+    if pre:
+        notes.append(pre)
+    if n_draft:
+        notes.append(f"{speculative_method} drafter: {n_draft} attention layer(s) join the target's "
+                     f"{'MLA' if shape.attention_kind == 'mla' else 'full-attention'} group on the last stage, "
+                     "charged the target's bytes per token")
+    if cp > 1:
+        notes.append(f"decode context parallel {cp}: each rank keeps 1/{cp} of every request's tokens; the printed "
+                     f"token line counts all {cp} ranks")
+    if shape.attention_kind == "mla" and not caches_mla_latent(shape.model_type, v):
+        notes.append(f"vLLM {'.'.join(map(str, v))} predates MLA support (0.7.1): {shape.model_type} caches full "
+                     "per-head K and V")
+    if shape.num_state_layers and spec_blocks:
+        notes.append(f"each request reserves {spec_blocks} more state page(s) per state group for the speculative tokens")
     if shape.num_state_layers and not v0:
         notes.append(f"mamba_cache_mode assumed {mode!r} ({'2 state pages' if mode == 'align' else '1 state page'} per request per state group)")
     if shape.attention_kind == "mla" and block_size is None:
@@ -100,7 +145,7 @@ def estimate_capacity(
             f"(fits {max_model_len_that_fits(shape, kv_memory_bytes=kv_memory_bytes, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size, block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, mamba_cache_mode=mode):,} tokens)"
         )
     return CapacityEstimate(
-        kv_bytes_per_token=kv_bytes_per_token(shape, kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size),
+        kv_bytes_per_token=kv_bytes_per_token(shape, kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, v),
         layout=layout,
         num_gpu_blocks=blocks,
         kv_capacity_tokens=tokens,

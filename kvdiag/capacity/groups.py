@@ -11,6 +11,7 @@ from .attention import attention_bytes_per_token_per_layer
 from .parallel import pipeline_stage_layers
 from .shape import ModelShape
 from .state import hybrid_attention_block_size, state_bytes_per_layer
+from .versions import GDN_SSM_DTYPE_FROM
 from .units import _STATE_LAYERS, DEFAULT_BLOCK_SIZE, LAYER_FULL, LAYER_MAMBA, LAYER_LINEAR, LAYER_SLIDING, _check_positive
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ def kv_cache_layout(
     *,
     hybrid_allocator: bool = True,
     mamba_ssm_dtype: str | None = None,
+    drafter_layers: int = 0,
+    num_speculative_tokens: int = 0,
+    vllm_version: tuple[int, int, int] | None = None,
 ) -> KVCacheLayout:
     """KV-cache groups, effective block size and block bytes of the limiting worker.
 
@@ -101,7 +105,13 @@ def kv_cache_layout(
             state-aligned size; when the state size is unknown this value is used as the
             effective block size.
         hybrid_allocator: False for V0 / disabled hybrid KV-cache manager.
-        mamba_ssm_dtype: override of the recurrent-state dtype.
+        mamba_ssm_dtype: override of the recurrent-state dtype (``--mamba-ssm-cache-dtype``).
+        drafter_layers: attention layers a speculative drafter adds (EAGLE / EAGLE3 head, MTP layers; see
+            :mod:`.speculative`). They join the full-attention group of the last pipeline stage with the target's
+            page size (``get_kv_cache_spec`` walks every ``Attention`` layer of the forward context, drafter
+            included: ``v1/worker/gpu_model_runner.py`` and ``v1/spec_decode/eagle.py load_model`` @ v0.11.0).
+        num_speculative_tokens: speculative tokens per step; grows hybrid conv states (:func:`state_bytes_per_layer`).
+        vllm_version: selects the version rules (pre-0.7.1 MLA, state dtypes).
 
     Returns:
         The KVCacheLayout.
@@ -114,13 +124,21 @@ def kv_cache_layout(
     block = block_size or DEFAULT_BLOCK_SIZE
     _check_positive(block_size=block)
     notes: list[str] = []
-    per_tok = attention_bytes_per_token_per_layer(shape, kv_cache_dtype, tensor_parallel_size)
+    per_tok = attention_bytes_per_token_per_layer(shape, kv_cache_dtype, tensor_parallel_size, vllm_version)
+    _check_positive(pipeline_parallel_size=pipeline_parallel_size)
+    if drafter_layers < 0 or num_speculative_tokens < 0:
+        raise ValueError("drafter_layers and num_speculative_tokens must be >= 0")
+    if drafter_layers and shape.attention_kind == "none":
+        raise InputError("config: attention-free model: a drafter's attention layers have no group to join")
+    stages = pipeline_stage_layers(shape.num_layers, pipeline_parallel_size)
     best: KVCacheLayout | None = None
-    for stage in pipeline_stage_layers(shape.num_layers, pipeline_parallel_size):
+    for n, stage in enumerate(stages):
         kinds = [shape.layer_kinds[i] for i in stage]
+        if n == len(stages) - 1:
+            kinds += [LAYER_FULL] * drafter_layers  # the drafter runs on the last PP rank
         layout = _stage_layout(
             shape, kinds, per_tok, block, user_block, tensor_parallel_size,
-            hybrid_allocator, mamba_ssm_dtype, notes,
+            hybrid_allocator, mamba_ssm_dtype, notes, num_speculative_tokens, vllm_version,
         )
         if best is None or layout.block_bytes / layout.block_size > best.block_bytes / best.block_size:
             best = layout
@@ -146,6 +164,8 @@ def _stage_layout(
     hybrid_allocator: bool,
     ssm_dtype: str | None,
     notes: list[str],
+    num_spec: int = 0,
+    vllm_version: tuple[int, int, int] | None = None,
 ) -> KVCacheLayout:
     n_full = kinds.count(LAYER_FULL)
     n_slide = kinds.count(LAYER_SLIDING)
@@ -164,7 +184,8 @@ def _stage_layout(
 
     state_bytes = None
     if n_state:
-        state_bytes = state_bytes_per_layer(shape, tp, ssm_dtype)
+        state_bytes = state_bytes_per_layer(shape, tp, ssm_dtype, num_speculative_tokens=num_spec,
+                                            vllm_version=vllm_version)
         if n_full + n_slide == 0:
             raise InputError("config: attention-free model: the KV pool holds only Mamba state (not modelled)")
         if state_bytes is None:
@@ -177,7 +198,11 @@ def _stage_layout(
                 f"state size unknown: block size {block} taken as given; state page assumed padded to the attention page"
             )
         else:
-            if ssm_dtype or shape.ssm_dtype:
+            if (shape.state_kind == "gated_delta_net" and vllm_version is not None
+                    and vllm_version < GDN_SSM_DTYPE_FROM):
+                notes.append(f"gated_delta_net SSM state in the conv dtype {shape.dtype}: vLLM before "
+                             f"{'.'.join(map(str, GDN_SSM_DTYPE_FROM))} ignores mamba_ssm_cache_dtype for GDN layers")
+            elif ssm_dtype or shape.ssm_dtype:
                 notes.append(f"{shape.state_kind} SSM state dtype {ssm_dtype or shape.ssm_dtype}")
             else:
                 default = "float32" if shape.state_kind == "kda" else shape.dtype
@@ -185,6 +210,8 @@ def _stage_layout(
                     f"{shape.state_kind} SSM state dtype assumed {default} (config has no mamba_ssm_dtype; "
                     "vLLM --mamba-ssm-cache-dtype changes the state page and the forced block size)"
                 )
+            if num_spec:
+                notes.append(f"{shape.state_kind} conv state holds {num_spec} more rows for the speculative tokens")
             forced = hybrid_attention_block_size(state_bytes, per_tok, mla=shape.attention_kind == "mla")
             if block < forced:
                 notes.append(

@@ -7,7 +7,7 @@ import math
 from .groups import KVCacheGroup, KVCacheLayout
 from .sliding_window import sliding_window_blocks_per_request
 from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS, _check_positive
-from .versions import TOKEN_LINE_GROUP_AWARE_FROM, _version
+from .versions import DCP_TOKEN_LINE_MULTIPLIED, TOKEN_LINE_GROUP_AWARE_FROM, _version  # noqa: F401
 
 def group_blocks_per_request(
     group: KVCacheGroup,
@@ -15,6 +15,9 @@ def group_blocks_per_request(
     max_model_len: int,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     mamba_cache_mode: str = "none",
+    *,
+    context_parallel_size: int = 1,
+    num_speculative_blocks: int = 0,
 ) -> int:
     """Blocks one max-length request needs in one group (worst case).
 
@@ -22,7 +25,10 @@ def group_blocks_per_request(
     ``ceil(min(W − 1 + max_num_batched_tokens, max_model_len) / B) + 1``; state groups 1 page
     (``"none"``), 2 (``"align"``) or ``ceil(max_model_len / B)`` (``"all"``).
     Source: ``max_memory_usage_bytes`` of the specs in ``v1/kv_cache_interface.py``
-    (@ v0.11.0; the ``align`` / ``all`` modes @ v0.24.0).
+    (@ v0.11.0; the ``align`` / ``all`` modes @ v0.24.0). Decode context parallel: a full-attention group keeps
+    ``cdiv(max_model_len, dcp × pcp)`` tokens per rank (``FullAttentionSpec`` @ v0.11.0, v0.24.0). Speculative
+    decoding adds ``num_speculative_blocks`` pages to a state group (``MambaSpec`` @ v0.24.0, callers pass 0
+    before :data:`~.versions.MAMBA_SPEC_BLOCKS_FROM`).
 
     Args:
         group: one KV-cache group.
@@ -39,15 +45,15 @@ def group_blocks_per_request(
     """
     _check_positive(block_size=block_size, max_model_len=max_model_len)
     if group.kind == "full_attention":
-        return math.ceil(max_model_len / block_size)
+        return math.ceil(math.ceil(max_model_len / max(1, context_parallel_size)) / block_size)
     if group.kind == "sliding_window":
         return sliding_window_blocks_per_request(group.sliding_window, block_size, max_model_len, max_num_batched_tokens)
     if mamba_cache_mode == "none":
-        return 1
+        return 1 + num_speculative_blocks
     if mamba_cache_mode == "align":
-        return 2
+        return 2 + num_speculative_blocks
     if mamba_cache_mode == "all":
-        return math.ceil(max_model_len / block_size)
+        return math.ceil(max_model_len / block_size) + num_speculative_blocks
     raise ValueError(f"mamba_cache_mode {mamba_cache_mode!r}: expected none, align or all")
 
 
@@ -56,6 +62,9 @@ def blocks_per_request(
     max_model_len: int,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     mamba_cache_mode: str = "none",
+    *,
+    context_parallel_size: int = 1,
+    num_speculative_blocks: int = 0,
 ) -> int:
     """Pool blocks one max-length request needs: the sum over groups (padding included).
 
@@ -75,7 +84,9 @@ def blocks_per_request(
         ValueError: as :func:`group_blocks_per_request`.
     """
     return sum(
-        group_blocks_per_request(g, layout.block_size, max_model_len, max_num_batched_tokens, mamba_cache_mode)
+        group_blocks_per_request(g, layout.block_size, max_model_len, max_num_batched_tokens, mamba_cache_mode,
+                                 context_parallel_size=context_parallel_size,
+                                 num_speculative_blocks=num_speculative_blocks)
         for g in layout.groups
     )
 
@@ -88,6 +99,8 @@ def max_concurrency(
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     mamba_cache_mode: str = "none",
     vllm_version: str | tuple[int, int, int] | None = None,
+    context_parallel_size: int = 1,
+    num_speculative_blocks: int = 0,
 ) -> float:
     """How many ``max_model_len`` requests fit at once: the "Maximum concurrency" number (K5/K6).
 
@@ -113,7 +126,9 @@ def max_concurrency(
     v = _version(vllm_version)
     if v is not None and v < (0, 8, 0):
         return num_gpu_blocks * layout.block_size / max_model_len
-    return num_gpu_blocks / blocks_per_request(layout, max_model_len, max_num_batched_tokens, mamba_cache_mode)
+    return num_gpu_blocks / blocks_per_request(layout, max_model_len, max_num_batched_tokens, mamba_cache_mode,
+                                               context_parallel_size=context_parallel_size,
+                                               num_speculative_blocks=num_speculative_blocks)
 
 
 def kv_capacity_tokens(
@@ -124,6 +139,8 @@ def kv_capacity_tokens(
     max_model_len: int | None = None,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     mamba_cache_mode: str = "none",
+    context_parallel_size: int = 1,
+    num_speculative_blocks: int = 0,
 ) -> int:
     """The token count vLLM prints as "GPU KV cache size: N tokens" (K4/K6).
 
@@ -133,6 +150,9 @@ def kv_capacity_tokens(
     * V1 ≥ 0.21 (0.24 verified): ``int(max_concurrency × max_model_len)``, which folds in the
       sliding-window and Mamba savings (:data:`TOKEN_LINE_GROUP_AWARE_FROM`).
     * Unknown version: the 0.8–0.20 formula.
+    * Decode (and prefill) context parallel, ``context_parallel_size`` = dcp × pcp: 0.10.2 – 0.20 multiply the
+      line by it ("Multiplying the GPU KV cache size by the dcp_world_size", ``v1/core/kv_cache_utils.py``
+      @ v0.11.0, v0.13.0); from 0.21 it enters through the per-request blocks (:data:`DCP_TOKEN_LINE_MULTIPLIED`).
 
     For hybrid models none of these is the number of token slots in the pool; see
     :func:`capacity_notes`.
@@ -155,9 +175,10 @@ def kv_capacity_tokens(
         conc = max_concurrency(
             num_gpu_blocks, layout, max_model_len,
             max_num_batched_tokens=max_num_batched_tokens, mamba_cache_mode=mamba_cache_mode,
+            context_parallel_size=context_parallel_size, num_speculative_blocks=num_speculative_blocks,
         )
         return int(conc * max_model_len)
-    return num_gpu_blocks // layout.num_groups * layout.block_size
+    return num_gpu_blocks // layout.num_groups * layout.block_size * max(1, context_parallel_size)
 
 
 def pool_token_slots(num_gpu_blocks: int, layout: KVCacheLayout) -> int:

@@ -38,6 +38,11 @@ class ModelShape:
         state_dims: the dimensions the state size is computed from, as ``(name, value)``.
         ssm_dtype: dtype of the recurrent (SSM) state when the config names one.
         notes: assumptions made while reading the config.
+        qk_nope_head_dim: MLA non-rope part of the key head (None unless MLA; sizes pre-0.7.1 vLLM's K/V).
+        mla_num_kv_heads: MLA models' ``num_key_value_heads`` (else ``num_attention_heads``): the per-head K/V
+            that vLLM before 0.7.1 cached.
+        mtp_layers: multi-token-prediction layers the checkpoint ships (``num_nextn_predict_layers`` or
+            ``mtp_num_hidden_layers``), None when the config names none.
     """
 
     model_type: str | None
@@ -58,6 +63,9 @@ class ModelShape:
     state_dims: tuple[tuple[str, int], ...] = ()
     ssm_dtype: str | None = None
     notes: tuple[str, ...] = ()
+    qk_nope_head_dim: int | None = None
+    mla_num_kv_heads: int | None = None
+    mtp_layers: int | None = None
 
     @property
     def num_attention_layers(self) -> int:
@@ -329,4 +337,9 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         state_dims=tuple(sorted(state_dims.items())),
         ssm_dtype=(str(ssm_dtype).removeprefix("torch.") if ssm_dtype else None),
         notes=tuple(notes),
+        qk_nope_head_dim=(_int_field(cfg, "qk_nope_head_dim", required=False, zero_ok=True)
+                          if attention_kind == "mla" else None),
+        mla_num_kv_heads=(_int_field(cfg, "num_key_value_heads", "num_attention_heads", required=False)
+                          if attention_kind == "mla" else None),
+        mtp_layers=_int_field(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", required=False, zero_ok=True),
     )

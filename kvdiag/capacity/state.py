@@ -7,12 +7,16 @@ import math
 
 from .shape import ModelShape
 from .units import _check_positive, dtype_bytes
+from .versions import GDN_SSM_DTYPE_FROM, MAMBA_SPEC_CONV_FROM
 
 def state_bytes_per_layer(
     shape: ModelShape,
     tensor_parallel_size: int = 1,
     ssm_dtype: str | None = None,
     conv_dtype: str | None = None,
+    *,
+    num_speculative_tokens: int = 0,
+    vllm_version: tuple[int, int, int] | None = None,
 ) -> int | None:
     """Bytes of one Mamba / linear-attention layer's state for one request on one TP rank.
 
@@ -26,7 +30,12 @@ def state_bytes_per_layer(
     * KDA: conv ``3 × (conv_kernel − 1) × heads × dim / tp`` plus ``heads/tp × dim × dim``.
 
     The conv state uses the model dtype; the SSM state uses ``ssm_dtype`` (else the config's
-    ``mamba_ssm_dtype``, else fp32 for KDA and the model dtype otherwise).
+    ``mamba_ssm_dtype``, else fp32 for KDA and the model dtype otherwise). Version rules
+    (:mod:`.versions`): a Gated-DeltaNet SSM state takes that dtype only from :data:`GDN_SSM_DTYPE_FROM`
+    (before, both GDN states use the conv dtype); speculative decoding adds ``num_speculative_tokens`` rows to
+    the Gated-DeltaNet conv state (``gated_delta_net_state_shape`` ``conv_kernel − 1 + num_spec`` @ v0.11.0,
+    v0.13.0, v0.24.0) and, from :data:`MAMBA_SPEC_CONV_FROM`, to the Mamba-2 conv state.
+    Unknown version: the newest rules.
 
     Args:
         shape: from :func:`model_shape`.
@@ -47,15 +56,20 @@ def state_bytes_per_layer(
     conv_b = dtype_bytes(conv_dtype) if conv_dtype else shape.dtype_bytes
     default_ssm = "float32" if shape.state_kind == "kda" else shape.dtype
     ssm_b = dtype_bytes(ssm_dtype or shape.ssm_dtype or default_ssm)
+    if shape.state_kind == "gated_delta_net" and vllm_version is not None and vllm_version < GDN_SSM_DTYPE_FROM:
+        ssm_b = conv_b
+    spec = max(0, int(num_speculative_tokens))
+    if shape.state_kind == "mamba2" and vllm_version is not None and vllm_version < MAMBA_SPEC_CONV_FROM:
+        spec = 0
     if shape.state_kind == "mamba2":
         groups = d["n_groups"]
         if groups % tp:
             groups += tp - groups % tp if groups > 1 else tp - groups
-        conv = (d["conv_kernel"] - 1) * (d["intermediate_size"] + 2 * groups * d["state_size"]) // tp
+        conv = (d["conv_kernel"] - 1 + spec) * (d["intermediate_size"] + 2 * groups * d["state_size"]) // tp
         ssm = d["num_heads"] // tp * d["head_dim"] * d["state_size"]
     elif shape.state_kind == "gated_delta_net":
         conv_dim = 2 * d["num_k_heads"] * d["head_k_dim"] + d["num_v_heads"] * d["head_v_dim"]
-        conv = (d["conv_kernel"] - 1) * conv_dim // tp
+        conv = (d["conv_kernel"] - 1 + spec) * conv_dim // tp
         ssm = d["num_v_heads"] // tp * d["head_k_dim"] * d["head_v_dim"]
     elif shape.state_kind == "kda":
         proj = d["num_heads"] * d["head_dim"]

@@ -3,6 +3,87 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+_VERSION_RE = re.compile(
+    r"v?(?P<release>\d+\.\d+(?:\.\d+)*)(?:rc(?P<rc>\d+))?(?:\.post(?P<post>\d+))?(?:\.dev(?P<dev>\d+))?"
+    r"(?:\+(?P<local>[0-9A-Za-z.]+))?"
+)
+
+
+@dataclass(frozen=True)
+class VllmVersion:
+    """A vLLM version string taken apart (PEP 440, as vLLM's setuptools-scm builds name themselves).
+
+    Attributes:
+        text: the string as given.
+        release: ``(major, minor, patch)``; a fourth component (``0.10.1.1``) is kept in ``extra``.
+        extra: release components after the third (``(1,)`` for ``0.10.1.1``).
+        rc: N of ``rcN`` (a release candidate of ``release``), else None.
+        dev: N of ``.devN`` (N commits after the last tag), else None.
+        local: text after ``+`` (``g393de22d2`` git sha, ``cu130``, ``faa43dbf.nv26.01`` NGC), else None.
+    """
+
+    text: str
+    release: tuple[int, int, int]
+    extra: tuple[int, ...] = ()
+    rc: int | None = None
+    dev: int | None = None
+    local: str | None = None
+
+    @property
+    def is_prerelease(self) -> bool:
+        """True for ``rcN`` and ``.devN`` builds: code on the way to ``release``, not the release itself."""
+        return self.rc is not None or self.dev is not None
+
+    @property
+    def git_sha(self) -> str | None:
+        """The ``g<sha>`` part of a nightly's local version, else None."""
+        if self.local:
+            m = re.match(r"g([0-9a-f]{7,40})", self.local)
+            if m:
+                return m.group(1)
+        return None
+
+
+def parse_vllm_version_full(text: str) -> VllmVersion:
+    """Take a vLLM version string apart: ``0.11.0rc2.dev98+g393de22d2``, ``0.10.1.dev101+gbda9d0535``,
+    ``0.13.0+faa43dbf.nv26.01``, ``v0.20.0``, ``0.10.1.1`` (the first version-looking run in free text).
+
+    Raises:
+        ValueError: no ``X.Y`` version in the text.
+    """
+    m = _VERSION_RE.search(str(text))
+    if not m:
+        raise ValueError(f"vLLM version {text!r}: expected a version such as 0.11.0, 0.11.0rc2 or 0.10.1.dev101+gbda9d0535")
+    parts = [int(x) for x in m.group("release").split(".")]
+    parts += [0] * (3 - len(parts))
+    return VllmVersion(
+        text=str(text), release=(parts[0], parts[1], parts[2]), extra=tuple(parts[3:]),
+        rc=int(m.group("rc")) if m.group("rc") else None,
+        dev=int(m.group("dev")) if m.group("dev") else None,
+        local=m.group("local"),
+    )
+
+
+def prerelease_note(text: str | None) -> str | None:
+    """A note for pre-release builds: which release's rules the capacity model applies to them.
+
+    Rule (this model's, stated in every rule's range): an ``rcN`` or ``.devN`` build of X.Y.Z is built on the way
+    to X.Y.Z and already carries its sizing and printing rules (vLLM cuts release candidates from the release
+    branch, and nightlies named X.Y.Z.devN are main after the previous tag), so rules that start at X.Y.Z apply.
+    A nightly between two verified releases may carry either rule: the note says so.
+    """
+    if text is None:
+        return None
+    v = parse_vllm_version_full(text)
+    if not v.is_prerelease:
+        return None
+    kind = f"rc{v.rc}" if v.rc is not None else "nightly"
+    sha = f" (git {v.git_sha})" if v.git_sha else ""
+    return (f"vLLM {text} is a {kind} build{sha} of {'.'.join(map(str, v.release))}: that release's sizing and "
+            "printing rules are applied; a nightly may predate a rule that changed in that release")
+
 
 def parse_vllm_version(text: str | None) -> tuple[int, int, int] | None:
     """``(major, minor, patch)`` from a vLLM version string, None when absent.
@@ -81,3 +162,46 @@ def default_mamba_cache_mode(vllm_version: str | tuple[int, int, int] | None, pr
     if prefix_caching and v is not None and v >= MAMBA_ALIGN_DEFAULT_FROM:
         return "align"
     return "none"
+
+
+MLA_FROM = (0, 7, 1)
+"""First version that caches DeepSeek-V2/V3 attention as one MLA latent (``ModelConfig.use_mla``,
+``config.py @ v0.7.1``). Before it (``config.py @ v0.6.4``, ``@ v0.7.0``) every layer cached full per-head K and V
+of ``num_key_value_heads`` heads (see :data:`DEEPSEEK_HEAD_192_FROM` for the head size)."""
+
+DEEPSEEK_HEAD_192_FROM = (0, 7, 0)
+"""Head size of pre-MLA DeepSeek-V2: ``config.py get_head_size @ v0.6.4`` returns 256 (192 padded for
+FlashAttention); ``@ v0.7.0`` returns ``qk_nope_head_dim + qk_rope_head_dim`` (192) for deepseek_v2 and deepseek_v3.
+0.6.5 – 0.6.6 were not read: 256 is assumed there."""
+
+DCP_TOKEN_LINE_MULTIPLIED = ((0, 10, 2), (0, 20, 99))
+"""Versions whose "GPU KV cache size" line is ``num_blocks // groups × block × dcp`` ("Multiplying the GPU KV
+cache size by the dcp_world_size", ``v1/core/kv_cache_utils.py @ v0.11.0``; ``× pcp × dcp`` ``@ v0.13.0``). From
+:data:`TOKEN_LINE_GROUP_AWARE_FROM` the line is ``int(max_concurrency × max_model_len)`` and the context-parallel
+factor enters through the per-request blocks, ``cdiv(max_model_len, dcp × pcp)`` (``FullAttentionSpec
+.max_memory_usage_bytes``, ``v1/kv_cache_interface.py @ v0.11.0 / v0.24.0``). The first DCP release (0.10.2) is
+from the reference (K8: 0.10+), not read."""
+
+GDN_SSM_DTYPE_FROM = (0, 20, 0)
+"""First version whose Gated-DeltaNet SSM state takes ``mamba_ssm_cache_dtype``: ``gated_delta_net_state_dtype``
+(``model_executor/layers/mamba/mamba_utils.py``) gives both GDN states the ``mamba_cache_dtype`` @ v0.11.0 and
+@ v0.13.0, and takes ``mamba_ssm_cache_dtype`` for the SSM state @ v0.24.0; U01 (0.20.0) reproduces only with an
+fp32 SSM state. 0.14 – 0.19 were not read."""
+
+MAMBA_SPEC_CONV_FROM = (0, 24, 0)
+"""First version read whose Mamba-2 conv state grows with ``num_speculative_tokens`` (``mamba2_state_shape``
+``conv_kernel − 1 + num_spec`` @ v0.24.0; absent @ v0.11.0 and v0.13.0). The Gated-DeltaNet conv state grows
+with it in every version read (0.11.0, 0.13.0, 0.24.0)."""
+
+MAMBA_SPEC_BLOCKS_FROM = (0, 24, 0)
+"""First version read whose state groups reserve ``num_speculative_tokens`` extra pages per request
+(``MambaSpec.max_memory_usage_bytes`` ``(1 | 2) + num_speculative_blocks`` @ v0.24.0; the field exists but is
+unused in the worst case @ v0.13.0; absent @ v0.11.0)."""
+
+
+def version_at_least(v: tuple[int, int, int] | None, since: tuple[int, int, int]) -> bool:
+    """``v >= since`` for a parsed version; pre-releases of ``since`` count as ``since`` (:func:`prerelease_note`).
+
+    None (unknown version) is False: the older rule applies and callers say the version is unknown.
+    """
+    return v is not None and v >= since
