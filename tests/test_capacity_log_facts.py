@@ -1,0 +1,41 @@
+"""analyze --model-config takes the capacity facts from a log's 'non-default args' line (issue 16)."""
+
+from __future__ import annotations
+
+from conftest import FIXTURES
+
+from kvdiag.analyze import analyze
+
+LOGS = FIXTURES / "capacity" / "logs"
+CONFIGS = FIXTURES / "capacity" / "configs"
+
+
+def _bundle(log: str, config: str):
+    kept = []
+    analyze(logs=[str(LOGS / log)], model_config=str(CONFIGS / config), keep=kept)
+    return kept[0]
+
+
+def _last(bundle, name):
+    rows = bundle.signal(name)
+    return rows.iloc[-1]
+
+
+def test_speculative_config_of_non_default_args_reaches_the_model():
+    b = _bundle("mtp-qwen3-next-constructed.log", "qwen3-next-80b-a3b.json")
+    assert _last(b, "speculative_method")["text"] == "mtp"
+    assert _last(b, "num_speculative_tokens")["value"] == 2
+    row = _last(b, "kv_capacity_tokens_modelled")
+    # hand-computed in test_capacity_kinds.test_mtp_on_gdn_hybrid_grows_the_conv_state_and_the_block
+    assert row["value"] == 403_200
+    assert "speculative_method mtp" in row["source"] and "num_speculative_tokens 2" in row["source"]
+
+
+def test_r33_log_line_reproduced_from_the_log_facts():
+    # R33: fp8 KV 2 x 48 x 8 x 128 x 1 B = 98,304 B/token, block 1,572,864 B. vLLM printed 332,672 tokens
+    # (20,792 blocks); the log's "30.46 GiB" is rounded to 0.01 GiB: 30.46 x 2**30 // 1,572,864 = 20,794 blocks
+    # = 332,704 tokens, 2 blocks (0.01 %) over, inside the +-0.005 GiB the printed figure leaves open.
+    b = _bundle("r33-non-default-args.log", "qwen2.5-14b-instruct.json")
+    got = _last(b, "kv_capacity_tokens_modelled")["value"]
+    assert got == 332_704
+    assert abs(got - 332_672) <= 0.005 * 2**30 // 1_572_864 * 16
