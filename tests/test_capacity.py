@@ -521,7 +521,10 @@ def test_weights_quantized_and_index():
     cfg = load_config("llama-3.1-8b-instruct.json")
     bf16 = cap.weights_bytes(cfg)
     fp8 = cap.weights_bytes(cfg, "fp8")
-    awq = cap.weights_bytes(cfg, "awq")
+    awq = cap.weights_bytes({**cfg, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}})
+    # vLLM's AWQConfig.from_config needs bits and group_size from the checkpoint: without them, a named field
+    with pytest.raises(InputError, match="quantization_config.bits"):
+        cap.weights_bytes(cfg, "awq")
     # embeddings + lm_head (1.05 B params) stay 2 B: fp8 = 6.98 B + 2.10 GB ~ 9.08 GB
     assert 0.55 * bf16 < fp8 < 0.6 * bf16
     assert awq < fp8

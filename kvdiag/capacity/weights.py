@@ -9,6 +9,7 @@ from kvdiag.errors import InputError
 
 from .config_fields import _int_field, _text_config
 from .shape import ModelShape, model_shape
+from .quantization import bytes_per_weight
 from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS, GIB, _check_positive
 
 _QUANT_BYTES = {
@@ -114,7 +115,16 @@ def parameter_count(config: Mapping[str, Any]) -> dict[str, int]:
         mlp = layers * 3 * h * dense_i
     attention = attn * attn_layers
     norms = (2 * layers + 1) * h
-    total = embeddings + lm_head + attention + mlp + experts + norms
+    state = 0
+    uncounted = 0
+    if state_layers:
+        per_state = _state_layer_params(shape, h)
+        if per_state is None:
+            uncounted = state_layers
+        else:
+            state = per_state * state_layers
+    towers = _tower_params(config)
+    total = embeddings + lm_head + attention + mlp + experts + norms + state + towers
     return {
         "embeddings": embeddings,
         "lm_head": lm_head,
@@ -122,9 +132,77 @@ def parameter_count(config: Mapping[str, Any]) -> dict[str, int]:
         "mlp": mlp,
         "experts": experts,
         "norms": norms,
+        "state_layers": state,
+        "towers": towers,
         "total": total,
-        "uncounted_layers": state_layers,
+        "uncounted_layers": uncounted,
     }
+
+
+def _state_layer_params(shape: ModelShape, h: int) -> int | None:
+    """Parameters of one Mamba-2 or Gated-DeltaNet mixer, None for kinds not modelled (KDA, unknown dims).
+
+    Mamba-2 (``model_executor/layers/mamba/mamba_mixer2.py`` @ v0.11.0): in_proj ``h × (2·inter + 2·groups·state +
+    heads)``, conv1d ``(inter + 2·groups·state) × conv_kernel`` (+ bias), out_proj ``inter × h``, A / D / dt_bias
+    per head, gated norm ``inter``. Gated DeltaNet (``qwen3_next.py Qwen3NextGatedDeltaNet`` @ v0.11.0):
+    in_proj_qkvz ``h × (2·k_heads·k_dim + 2·v_heads·v_dim)``, in_proj_ba ``h × 2·v_heads``, conv1d
+    ``conv_dim × conv_kernel``, out_proj ``v_heads·v_dim × h``, A_log / dt_bias per value head, norm ``v_dim``.
+    """
+    if not shape.state_dims:
+        return None
+    d = dict(shape.state_dims)
+    if shape.state_kind == "mamba2":
+        inter, groups, st, heads, k = (d["intermediate_size"], d["n_groups"], d["state_size"], d["num_heads"],
+                                       d["conv_kernel"])
+        conv_dim = inter + 2 * groups * st
+        return h * (2 * inter + 2 * groups * st + heads) + conv_dim * (k + 1) + inter * h + 3 * heads + inter
+    if shape.state_kind == "gated_delta_net":
+        kh, vh, kd, vd, k = (d["num_k_heads"], d["num_v_heads"], d["head_k_dim"], d["head_v_dim"], d["conv_kernel"])
+        conv_dim = 2 * kh * kd + vh * vd
+        return h * (2 * kh * kd + 2 * vh * vd) + h * 2 * vh + conv_dim * k + vh * vd * h + 2 * vh + vd
+    return None
+
+
+_TOWER_KEYS = ("vision_config", "audio_config", "visual")
+
+
+def _tower_params(config: Mapping[str, Any]) -> int:
+    """Parameters of vision / audio encoders named in the config (``vision_config``, ``audio_config``).
+
+    A ViT-style encoder: ``depth × (4·d² + 4·d + mlp + 2·2d)`` with ``mlp = 3·d·i`` for gated (SiLU) and ``2·d·i``
+    otherwise, a patch embedding ``channels × patch² × (temporal) × d``, and a projector into the text width
+    (``d_merge × text_hidden + text_hidden²`` with ``spatial_merge_size²`` patches merged, Qwen2-VL style; a
+    2-layer MLP ``d × text + text²`` otherwise). An estimate of the encoder's own config; towers stay in the model
+    dtype under every quantisation scheme this module knows (their ignore lists name them).
+
+    Raises:
+        InputError: a tower config without its width or depth (names the field).
+    """
+    total = 0
+    text_h = _text_config(config).get("hidden_size")
+    for key in _TOWER_KEYS:
+        tc = config.get(key)
+        if not isinstance(tc, Mapping):
+            continue
+        d = _int_field(tc, "hidden_size", "embed_dim", "d_model", "width", purpose=f"the {key} weights")
+        depth = _int_field(tc, "depth", "num_hidden_layers", "encoder_layers", "num_layers", "layers",
+                           purpose=f"the {key} weights")
+        inter = _int_field(tc, "intermediate_size", "encoder_ffn_dim", required=False)
+        if inter is None:
+            ratio = tc.get("mlp_ratio", 4)
+            inter = int(d * ratio)
+        gated = str(tc.get("hidden_act", "")).lower() in ("silu", "swiglu")
+        mlp = (3 if gated else 2) * d * inter + inter + d
+        layer = 4 * d * d + 4 * d + mlp + 4 * d
+        patch = int(tc.get("patch_size") or 14)
+        chans = int(tc.get("in_channels") or tc.get("in_chans") or tc.get("num_channels") or 3)
+        temporal = int(tc.get("temporal_patch_size") or 1)
+        embed = chans * patch * patch * temporal * d if key != "audio_config" else 0
+        out = int(tc.get("out_hidden_size") or text_h or d)
+        merge = int(tc.get("spatial_merge_size") or 1)
+        proj = d * merge * merge * (d * merge * merge) + d * merge * merge * out if merge > 1 else d * out + out * out
+        total += depth * layer + embed + proj
+    return total
 
 
 def weights_bytes(
@@ -137,10 +215,13 @@ def weights_bytes(
 
     If ``safetensors_index`` (a parsed ``model.safetensors.index.json``) is given, or
     ``config`` itself is such an index, its ``metadata.total_size`` is returned: the checkpoint
-    bytes, exact for the stored format. Otherwise from :func:`parameter_count`: bf16/fp16 2
-    bytes per parameter, fp8 1, 4-bit AWQ/GPTQ/NVFP4 0.5 + group scales (≈0.52); embeddings and
-    LM head stay in the model dtype. This is an estimate (vLLM's "Model loading took X GiB"
-    also counts buffers; Llama-3.1-8B bf16: 14.96 GiB here, 14.99 GiB logged).
+    bytes, exact for the stored format. Otherwise from :func:`parameter_count` (attention, MLP / experts,
+    Mamba-2 and Gated-DeltaNet mixers, vision / audio towers) with the quantised linear layers at
+    :func:`~.quantization.bytes_per_weight` of the scheme (fp8, AWQ, GPTQ, bitsandbytes, modelopt FP8 / NVFP4,
+    compressed-tensors, mxfp4; scales included); embeddings, LM head, norms and towers stay in the model dtype.
+    This is an estimate of vLLM's "Model loading took X GiB" (which also counts buffers; within 2 % on the
+    capacity fixtures' rows that print it: tests/test_weights_loading.py). A field the estimate needs and the
+    config lacks raises InputError naming it; nothing is guessed.
 
     Args:
         config: HF config dict (``quantization_config.quant_method`` is used when
@@ -152,7 +233,8 @@ def weights_bytes(
         Bytes (int).
 
     Raises:
-        InputError: a needed config field is missing or ``metadata.total_size`` is malformed.
+        InputError: a needed config field is missing or ``metadata.total_size`` is malformed; unknown
+            quantization method.
     """
     for idx in (safetensors_index, config):
         if isinstance(idx, Mapping) and isinstance(idx.get("metadata"), Mapping) and "total_size" in idx["metadata"]:
@@ -161,24 +243,12 @@ def weights_bytes(
                 raise InputError(f"safetensors index: metadata.total_size = {size!r}: expected an integer")
             return int(size)
     cfg = _text_config(config)
-    if quantization is None:
-        qc = cfg.get("quantization_config")
-        if isinstance(qc, Mapping):
-            quantization = qc.get("quant_method")
-            if quantization in ("awq", "gptq") and qc.get("bits", 4) == 8:
-                quantization = "int8"
+    qc = cfg.get("quantization_config")
     counts = parameter_count(config)
     dbytes = model_shape(config).dtype_bytes
-    q = str(quantization).lower() if quantization else None
-    per_param = _QUANT_BYTES.get(q, None) if q else None
-    if q and q not in _QUANT_BYTES:
-        raise ValueError(f"quantization {quantization!r}: expected one of {', '.join(k for k in _QUANT_BYTES if k)}")
-    if per_param is None:
-        per_param = float(dbytes)
-    elif per_param < 1:
-        per_param += _GROUP_SCALE_OVERHEAD
-    linear = counts["attention"] + counts["mlp"] + counts["experts"]
-    kept = counts["embeddings"] + counts["lm_head"] + counts["norms"]
+    per_param, _ = bytes_per_weight(quantization, qc if isinstance(qc, Mapping) else None, dbytes)
+    linear = counts["attention"] + counts["mlp"] + counts["experts"] + counts["state_layers"]
+    kept = counts["embeddings"] + counts["lm_head"] + counts["norms"] + counts["towers"]
     return int(round(linear * per_param + kept * dbytes))
 
 
