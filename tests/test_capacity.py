@@ -164,9 +164,11 @@ def test_every_row_has_inputs():
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_pairs_kv_capacity_tokens(row):
+    # Must-show 1 of issue 16: within 0.5 %, or one block where the printed GiB (two decimals) leaves that open.
     est = _estimate(row)
     want = int(row["logged_kv_tokens"])
-    assert rel_err(est.kv_capacity_tokens, want) <= TOL, (est.kv_capacity_tokens, want)
+    assert rel_err(est.kv_capacity_tokens, want) <= TOL or abs(est.kv_capacity_tokens - want) <= est.layout.block_size, \
+        (est.kv_capacity_tokens, want)
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if r["logged_max_concurrency"]],

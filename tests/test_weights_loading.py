@@ -39,20 +39,17 @@ def test_weights_within_two_percent_of_model_loading(row, config, quantization, 
     assert abs(got - logged_gib) / logged_gib <= 0.02, (row, got, logged_gib)
 
 
-def test_r35_config_lacks_the_fields_and_the_note_names_them():
+def test_r35_config_lacks_the_fields_and_the_note_names_them(tmp_path):
     # R35's fixture config holds only products derived from the log (no hidden_size / vocab_size): the estimate
     # must name the missing field instead of guessing.
     from test_capacity import _nemotron_4b_overrides
     cfg = {**_load("capacity/configs/nvidia-nemotron-3-nano-4b.json"), **_nemotron_4b_overrides()}
     with pytest.raises(InputError, match="missing field hidden_size"):
         cap.weights_bytes(cfg)
-    path = ROOT / "capacity" / "weights" / "_r35_for_cli.json"
-    try:
-        path.write_text(json.dumps(cfg))
-        res = CliRunner().invoke(estimate, ["--model-config", str(path), "--kv-cache-memory", "11.15",
-                                            "--kv-cache-dtype", "fp8", "--max-model-len", "8192", "--format", "json"])
-    finally:
-        path.unlink()
+    path = tmp_path / "r35.json"
+    path.write_text(json.dumps(cfg))
+    res = CliRunner().invoke(estimate, ["--model-config", str(path), "--kv-cache-memory", "11.15",
+                                        "--kv-cache-dtype", "fp8", "--max-model-len", "8192", "--format", "json"])
     out = json.loads(res.output)
     assert out["weights_bytes"] is None
     assert any(n.startswith("weights not estimated: missing field hidden_size") for n in out["notes"])
