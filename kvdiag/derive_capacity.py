@@ -59,7 +59,15 @@ def derive_capacity(bundle: Bundle) -> None:
     kv_dtype = str(dtype_row["text"].iloc[-1]) if len(dtype_row) else "auto"
     if kv_dtype not in capacity.KV_CACHE_DTYPES:
         kv_dtype = "auto"
-    bpt = capacity.kv_bytes_per_token(shape, kv_dtype, tensor_parallel_size=tp)
+    version_text = _text_last(bundle, "vllm_version")
+    try:
+        version = capacity.parse_vllm_version(version_text)
+    except ValueError:
+        version = None
+    try:
+        bpt = capacity.kv_bytes_per_token(shape, kv_dtype, tensor_parallel_size=tp, vllm_version=version)
+    except InputError:  # e.g. pre-0.7.1 DeepSeek without qk_nope_head_dim: the latent size, as before
+        bpt = capacity.kv_bytes_per_token(shape, kv_dtype, tensor_parallel_size=tp)
     bundle.add("kv_bytes_per_token", bpt,
                f"derived: capacity model of {src_cfg} (kv_cache_dtype {kv_dtype}, TP {tp}: {tp_src})")
     kv = _last(bundle, "kv_cache_memory_bytes")

@@ -39,3 +39,20 @@ def test_r33_log_line_reproduced_from_the_log_facts():
     got = _last(b, "kv_capacity_tokens_modelled")["value"]
     assert got == 332_704
     assert abs(got - 332_672) <= 0.005 * 2**30 // 1_572_864 * 16
+
+
+def test_pre_mla_deepseek_log_uses_per_head_kv():
+    # vLLM 0.6.4 (no MLA): 442,368 B/token, 3,034 blocks of 16 -> 48,544 tokens (test_capacity_kinds); the
+    # fixture config lacks qk_nope_head_dim, so it is given here as the config's _source states (qk_head_dim 128)
+    import json
+    import tempfile
+    cfg = {**json.loads((CONFIGS / "deepseek-v2-lite.json").read_text()), "qk_nope_head_dim": 128}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/config.json"
+        with open(path, "w") as fh:
+            json.dump(cfg, fh)
+        kept = []
+        analyze(logs=[str(LOGS / "deepseek-v2-lite-v064-constructed.log")], model_config=path, keep=kept)
+    b = kept[0]
+    assert _last(b, "kv_bytes_per_token")["value"] == 442_368
+    assert _last(b, "kv_capacity_tokens_modelled")["value"] == 48_544
