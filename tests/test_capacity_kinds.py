@@ -236,3 +236,36 @@ def test_release_candidate_already_prints_the_newer_line():
     assert old.kv_capacity_tokens == 205_696  # R26's line, 89,994 // 7 x 16
     assert rc.kv_capacity_tokens == int(rc.max_concurrency * 4096) != old.kv_capacity_tokens
     assert any("rc1 build" in n for n in rc.notes)
+
+
+# --- EAGLE on a sliding-window model: the group-size rule per version ---------------------------------------------
+# _get_kv_cache_groups_uniform_page_size (v1/core/kv_cache_utils.py): group size = smallest type count @ v0.11.0;
+# the largest when < 1.25 x smallest @ v0.13.0; < 1.5 x @ v0.24.0 ("gpt-oss-20b + eagle, 12 sw + 13 full").
+
+def _gpt_oss_120b() -> dict:
+    return _config("gpt-oss-120b.json",
+                   layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(36)])
+
+
+@pytest.mark.parametrize("version,groups,group_size,blocks,tokens", [
+    # 18 sliding + 18 full + 1 EAGLE full = 19 full. TP4: 2 KV heads x 64 x 2 x 2 B = 512 B/token, page 8,192 B.
+    # 0.11.0: size 18 -> sliding 1 group, full 18 + 1 (17 padding) -> 3 groups; block 18 x 8,192 = 147,456 B;
+    # 40 GiB = 42,949,672,960 // 147,456 = 291,271 (x = 42,949,656,576); line 291,271 // 3 x 16 = 1,553,440
+    ("0.11.0", 3, 18, 291_271, 1_553_440),
+    # 0.13.0: 19 < 18 x 1.25 -> size 19: 2 groups (sliding padded by 1); block 19 x 8,192 = 155,648 B;
+    # 40 GiB // 155,648 = 275,941 (x = 42,949,664,768); line 275,941 // 2 x 16 = 2,207,520
+    ("0.13.0", 2, 19, 275_941, 2_207_520),
+])
+def test_eagle_on_sliding_model_group_size_by_version(version, groups, group_size, blocks, tokens):
+    shape = cap.model_shape(_gpt_oss_120b())
+    est = cap.estimate_capacity(shape, 40 * GIB, tensor_parallel_size=4, vllm_version=version,
+                                speculative_method="eagle3", num_speculative_tokens=3)
+    assert (est.layout.num_groups, est.layout.group_size) == (groups, group_size)
+    assert est.num_gpu_blocks == blocks
+    assert est.kv_capacity_tokens == tokens
+
+
+def test_group_size_rule_versions():
+    assert cap.group_size_close_factor((0, 11, 0)) is None
+    assert cap.group_size_close_factor((0, 13, 0)) == 1.25
+    assert cap.group_size_close_factor((0, 24, 0)) == 1.5

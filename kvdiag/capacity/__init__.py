@@ -85,7 +85,8 @@ from .weights import (  # noqa: F401
 from .speculative import EAGLE_HEAD_LAYERS, SPECULATIVE_METHODS, drafter_layers  # noqa: F401
 from .versions import (  # noqa: F401
     DCP_TOKEN_LINE_MULTIPLIED, DEEPSEEK_HEAD_192_FROM, GDN_SSM_DTYPE_FROM, MAMBA_SPEC_BLOCKS_FROM, MAMBA_SPEC_CONV_FROM,
-    MLA_FROM, VllmVersion, parse_vllm_version_full, prerelease_note, version_at_least,
+    MLA_FROM, VllmVersion, parse_vllm_version_full, prerelease_note, version_at_least, GROUP_SIZE_CLOSE_RULES,
+    group_size_close_factor,
 )
 from .mla import caches_mla_latent, mla_bytes_per_token_per_layer, pre_mla_head_size  # noqa: F401
 

@@ -11,7 +11,7 @@ from .attention import attention_bytes_per_token_per_layer
 from .parallel import pipeline_stage_layers
 from .shape import ModelShape
 from .state import hybrid_attention_block_size, state_bytes_per_layer
-from .versions import GDN_SSM_DTYPE_FROM
+from .versions import GDN_SSM_DTYPE_FROM, group_size_close_factor
 from .units import _STATE_LAYERS, DEFAULT_BLOCK_SIZE, LAYER_FULL, LAYER_MAMBA, LAYER_LINEAR, LAYER_SLIDING, _check_positive
 
 @dataclass(frozen=True)
@@ -84,9 +84,10 @@ def kv_cache_layout(
 ) -> KVCacheLayout:
     """KV-cache groups, effective block size and block bytes of the limiting worker.
 
-    V1 (``v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size`` @ v0.11.0):
+    V1 (``v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size`` @ v0.11.0; the group size
+    rule per version: :data:`~.versions.GROUP_SIZE_CLOSE_RULES`):
     layers are grouped by spec (full, sliding, state); the group size is the smallest type's
-    layer count, or the largest when it is < 1.25× the smallest; every type is cut into groups
+    layer count (from 0.13 the largest when it is < 1.25× the smallest, from 0.24 < 1.5×); every type is cut into groups
     of that size, the last padded ("Add N padding layers, may waste at most P%"). All groups
     share one pool of blocks: ``group_size`` tensors each shared by one layer of every group.
     Hybrid Mamba / linear models raise the block size (:func:`hybrid_attention_block_size`).
@@ -234,7 +235,8 @@ def _stage_layout(
 
     smallest = min(n for _, n in counts)
     largest = max(n for _, n in counts)
-    group_size = largest if largest < smallest * 1.25 else smallest
+    close = group_size_close_factor(vllm_version)
+    group_size = largest if close is not None and largest < smallest * close else smallest
     groups: list[KVCacheGroup] = []
     for kind, n in counts:
         full_groups, rest = divmod(n, group_size)

@@ -34,7 +34,8 @@ def state_bytes_per_layer(
     (:mod:`.versions`): a Gated-DeltaNet SSM state takes that dtype only from :data:`GDN_SSM_DTYPE_FROM`
     (before, both GDN states use the conv dtype); speculative decoding adds ``num_speculative_tokens`` rows to
     the Gated-DeltaNet conv state (``gated_delta_net_state_shape`` ``conv_kernel − 1 + num_spec`` @ v0.11.0,
-    v0.13.0, v0.24.0) and, from :data:`MAMBA_SPEC_CONV_FROM`, to the Mamba-2 conv state.
+    v0.13.0, v0.24.0) and, from :data:`MAMBA_SPEC_CONV_FROM`, to the Mamba-2 conv state; the KDA conv state
+    does not grow (``kda_state_shape`` takes ``num_spec`` but ignores it @ v0.13.0).
     Unknown version: the newest rules.
 
     Args:
@@ -84,10 +85,14 @@ def hybrid_attention_block_size(
 ) -> int:
     """Attention block size vLLM forces so one attention page ≥ one Mamba / linear state page.
 
-    ``align × ceil(state_page / (align × attention_bytes_per_token))`` with ``align`` = 16,
-    64 for MLA, 128 for CUTLASS MLA (``model_executor/models/config.py
-    HybridAttentionMambaModelConfig`` @ v0.11.0; log line K10 "Setting attention block size to
-    N tokens"). The state page is then padded up to the attention page.
+    ``align × ceil(state_page / (align × attention_bytes_per_token))`` (``model_executor/models/config.py
+    HybridAttentionMambaModelConfig``; log line K10 "Setting attention block size to N tokens"). ``align``:
+    16 @ v0.11.0 for every attention kind; @ v0.13.0 ``kernel_block_alignment_size`` 64 for MLA, 128 for
+    CUTLASS MLA, 16 otherwise (32 on Blackwell with head size 256 under FlashInfer, not modelled). MLA hybrids
+    (Kimi-Linear) run only on releases after 0.11.0; R29 (0.11.x, Nov 2025) reproduces with 64, so 64 is used
+    for MLA in every version. With prefix caching on a model that supports Mamba prefix caching, 0.13.0 aligns
+    the block to the Mamba chunk size instead (not modelled: a note asks for ``--block-size``). The state page is
+    then padded up to the attention page.
 
     Args:
         state_page_bytes: one layer's state for one request, bytes.

@@ -205,3 +205,24 @@ def version_at_least(v: tuple[int, int, int] | None, since: tuple[int, int, int]
     None (unknown version) is False: the older rule applies and callers say the version is unknown.
     """
     return v is not None and v >= since
+
+
+GROUP_SIZE_CLOSE_RULES = (((0, 13, 0), 1.25), ((0, 24, 0), 1.5))
+"""How vLLM picks the KV-cache group size (``_get_kv_cache_groups_uniform_page_size``,
+``v1/core/kv_cache_utils.py``): the smallest layer-type count @ v0.9.2, v0.10.1.1, v0.11.0; the largest when it is
+below 1.25 x the smallest @ v0.13.0; below 1.5 x @ v0.24.0 ("gpt-oss-20b + eagle, with 12 sw + 13 full. We pad it
+to (13 sw, 13 full)"). 0.12 and 0.14 – 0.23 were not read: the rule of the release before them is applied."""
+
+
+def group_size_close_factor(v: tuple[int, int, int] | None) -> float | None:
+    """The "largest count when below factor x smallest" factor of version ``v`` (None: always the smallest).
+
+    Unknown version: 1.25 (the rule this model used before it was versioned).
+    """
+    if v is None:
+        return 1.25
+    factor = None
+    for since, f in GROUP_SIZE_CLOSE_RULES:
+        if v >= since:
+            factor = f
+    return factor
