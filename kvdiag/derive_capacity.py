@@ -76,7 +76,10 @@ def derive_capacity(bundle: Bundle) -> None:
                    f"derived: KV memory {kv[0] / 2**30:.2f} GiB ({kv[1]}) / {bpt:,} B per token")
     _modelled_token_line(bundle, shape, kv, kv_dtype, tp, src_cfg)
     try:
-        total_w = capacity.weights_bytes(cfg)
+        logged_q = _text_last(bundle, "quantization")
+        has_qc = isinstance(capacity._text_config(cfg).get("quantization_config"), dict)
+        # the log's --quantization (engine config line) when the checkpoint config names none (online fp8, bnb)
+        total_w = capacity.weights_bytes(cfg, None if has_qc or not logged_q else logged_q)
     except (InputError, ValueError):
         total_w = None
     total = _last(bundle, "gpu_total_bytes")

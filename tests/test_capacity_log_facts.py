@@ -56,3 +56,13 @@ def test_pre_mla_deepseek_log_uses_per_head_kv():
     b = kept[0]
     assert _last(b, "kv_bytes_per_token")["value"] == 442_368
     assert _last(b, "kv_capacity_tokens_modelled")["value"] == 48_544
+
+
+def test_logged_quantization_reaches_the_weights_estimate():
+    # R15: engine config 'quantization=fp8' on a bf16 checkpoint config: 3.41 GiB (logged 3.4244, -0.5 %;
+    # tests/test_weights_loading.py) instead of the 6.3 GiB of bf16
+    kept = []
+    analyze(logs=[str(LOGS / "r15-engine-config.log")],
+            model_config=str(FIXTURES / "capacity" / "weights" / "granite-4.0-micro.json"), keep=kept)
+    got = _last(kept[0], "weights_estimate_bytes")["value"] / 2**30
+    assert abs(got - 3.4244) / 3.4244 < 0.02
