@@ -121,6 +121,16 @@ def test_decode_context_parallel_multiplies_the_printed_tokens():
     assert plain.kv_capacity_tokens == 345_200 and round(plain.max_concurrency, 2) == 10.53
 
 
+def test_decode_context_parallel_on_the_group_aware_line():
+    # 0.24.0: the line is int(max_concurrency x max_model_len) (get_kv_cache_capacity, kv_cache_utils.py @ v0.24.0)
+    # with cdiv(32,768, 4) = 8,192 tokens per rank per request: 21,575 / 512 x 32,768 = 1,380,800, the same figure
+    # as 0.11's num_blocks x 16 x dcp for a one-group model.
+    shape = cap.model_shape(_config("deepseek-v2-lite.json"))
+    est = cap.estimate_capacity(shape, 10 * GIB, tensor_parallel_size=4, max_model_len=32768, vllm_version="0.24.0",
+                                decode_context_parallel_size=4)
+    assert est.kv_capacity_tokens == 1_380_800
+
+
 def test_decode_context_parallel_must_divide_tp():
     with pytest.raises(ValueError, match="divide"):
         cap.estimate_capacity(cap.model_shape(LLAMA31_8B), GIB, tensor_parallel_size=2, decode_context_parallel_size=4)
