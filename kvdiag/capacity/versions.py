@@ -146,7 +146,13 @@ def default_mamba_cache_mode(vllm_version: str | tuple[int, int, int] | None, pr
     """``"align"`` or ``"none"``: how many state pages vLLM keeps per request by default.
 
     See :data:`MAMBA_ALIGN_DEFAULT_FROM` (``config/cache.py`` / ``MambaSpec`` in
-    ``v1/kv_cache_interface.py``: ``align`` keeps 2 pages per request, ``none`` 1).
+    ``v1/kv_cache_interface.py``: ``align`` keeps 2 pages per request, ``none`` 1). Earlier releases, read:
+    0.11.0 switches prefix caching off for every hybrid model (``MambaModelConfig.verify_and_update_config``,
+    ``model_executor/models/config.py``); 0.13.0 leaves it off by default (``ModelConfig.is_prefix_caching_supported``
+    is False for ``attn_type == "hybrid"``, ``config/model.py``; ``engine/arg_utils.py``), so both keep one state page
+    per request. An explicit ``--enable-prefix-caching`` on 0.13 with a model that supports Mamba prefix caching
+    (Bamba, Falcon-H1, Granite-4 hybrid, Jamba, Mamba, Mamba-2, Nemotron-H, Zamba2) keeps
+    ``ceil(max_model_len / block)`` state pages with a Mamba-chunk-aligned block: not modelled here.
 
     Args:
         vllm_version: version string or tuple; None → ``"none"``.
