@@ -279,3 +279,26 @@ def test_group_size_rule_versions():
     assert cap.group_size_close_factor((0, 11, 0)) is None
     assert cap.group_size_close_factor((0, 13, 0)) == 1.25
     assert cap.group_size_close_factor((0, 24, 0)) == 1.5
+
+
+# --- Pipeline parallel on a sliding-window model: per-worker groups (0.10.1.1) vs whole-model groups (0.11.0) ----
+# v1/engine/core.py @ v0.10.1.1: get_kv_cache_config per worker (each stage groups its own layers);
+# v1/core/kv_cache_utils.py get_kv_cache_configs @ v0.11.0: groups of the merged specs, layers[i::num_groups].
+
+@pytest.mark.parametrize("version,groups,group_size,tokens", [
+    # Gemma-3-27B, PP4: stages of 15/16/16/15 layers (remainder to the stages before the last); full layers
+    # 5, 11 | 17, 23, 29 | 35, 41 | 47, 53, 59. Page 16 x 2 x 16 x 128 x 2 B = 131,072 B.
+    # 0.10.1.1: stage 1 has 3 full + 13 sliding -> size 3, 1 + 5 groups, block 3 pages = 393,216 B (stage 0's 2-page
+    # block gives more blocks); 40 GiB // 393,216 = 109,226; line 109,226 // 6 x 16 = 291,264.
+    ("0.10.1.1", 6, 3, 291_264),
+    # 0.11.0: whole model 10 full + 52 sliding -> size 10: 1 + 6 groups; sliding group j = positions j, j+6, ...;
+    # stage 0's 13 sliding layers put 3 in group 0 -> 3 layers per worker group, block 393,216 B, 109,226 blocks;
+    # line 109,226 // 7 x 16 = 249,648.
+    ("0.11.0", 7, 3, 249_648),
+])
+def test_pipeline_parallel_groups_by_version(version, groups, group_size, tokens):
+    shape = cap.model_shape(_config("gemma-3-27b-it.json"))
+    est = cap.estimate_capacity(shape, 40 * GIB, pipeline_parallel_size=4, vllm_version=version)
+    assert (est.layout.num_groups, est.layout.group_size) == (groups, group_size)
+    assert est.layout.block_bytes == 393_216 and est.num_gpu_blocks == 109_226
+    assert est.kv_capacity_tokens == tokens

@@ -11,8 +11,10 @@ from .attention import attention_bytes_per_token_per_layer
 from .parallel import pipeline_stage_layers
 from .shape import ModelShape
 from .state import hybrid_attention_block_size, state_bytes_per_layer
-from .versions import GDN_SSM_DTYPE_FROM, group_size_close_factor
-from .units import _STATE_LAYERS, DEFAULT_BLOCK_SIZE, LAYER_FULL, LAYER_MAMBA, LAYER_LINEAR, LAYER_SLIDING, _check_positive
+from .versions import GDN_SSM_DTYPE_FROM, PP_WHOLE_MODEL_GROUPS_FROM, group_size_close_factor
+from .units import (
+    _STATE_LAYERS, DEFAULT_BLOCK_SIZE, LAYER_FULL, LAYER_LINEAR, LAYER_MAMBA, LAYER_NONE, LAYER_SLIDING, _check_positive,
+)
 
 @dataclass(frozen=True)
 class KVCacheGroup:
@@ -132,6 +134,11 @@ def kv_cache_layout(
     if drafter_layers and shape.attention_kind == "none":
         raise InputError("config: attention-free model: a drafter's attention layers have no group to join")
     stages = pipeline_stage_layers(shape.num_layers, pipeline_parallel_size)
+    all_kinds = list(shape.layer_kinds) + [LAYER_FULL] * drafter_layers
+    if (hybrid_allocator and len(stages) > 1 and len({k for k in all_kinds if k != LAYER_NONE}) > 1
+            and (vllm_version is None or vllm_version >= PP_WHOLE_MODEL_GROUPS_FROM)):
+        return _whole_model_layout(shape, stages, all_kinds, per_tok, block, user_block, tensor_parallel_size,
+                                   mamba_ssm_dtype, notes, num_speculative_tokens, vllm_version)
     best: KVCacheLayout | None = None
     for n, stage in enumerate(stages):
         kinds = [shape.layer_kinds[i] for i in stage]
@@ -153,6 +160,49 @@ def kv_cache_layout(
         state_bytes=best.state_bytes,
         notes=tuple(dict.fromkeys(notes)),
     )
+
+
+_KIND_OF_GROUP = {"full_attention": (LAYER_FULL,), "sliding_window": (LAYER_SLIDING,),
+                  "mamba": (LAYER_MAMBA,), "linear_attention": (LAYER_LINEAR,)}
+
+
+def _whole_model_layout(
+    shape: ModelShape, stages: list[range], all_kinds: list[str], per_tok: int, block: int, user_block: int | None,
+    tp: int, ssm_dtype: str | None, notes: list[str], num_spec: int, vllm_version: tuple[int, int, int] | None,
+) -> KVCacheLayout:
+    """Pipeline parallel from 0.11.0: groups built from the whole model's layers, then cut per worker.
+
+    ``get_kv_cache_configs`` (``v1/core/kv_cache_utils.py @ v0.11.0``) merges every worker's specs, groups them
+    (``layers[i::num_groups]`` per type, so each group spreads over the stages), and gives each worker the groups'
+    members it holds; a worker's blocks are ``memory // (page × its largest group)`` and every worker keeps the
+    minimum. The printed line divides by the number of global groups (empty ones on a worker included).
+    """
+    glob = _stage_layout(shape, all_kinds, per_tok, block, user_block, tp, True, ssm_dtype, notes, num_spec,
+                         vllm_version)
+    stage_of = [n for n, st in enumerate(stages) for _ in st] + [len(stages) - 1] * (len(all_kinds) - shape.num_layers)
+    members: list[tuple[KVCacheGroup, list[int]]] = []
+    by_kind: dict[str, list[KVCacheGroup]] = {}
+    for g in glob.groups:
+        by_kind.setdefault(g.kind, []).append(g)
+    for kind, gs in by_kind.items():
+        idx = [i for i, k in enumerate(all_kinds) if k in _KIND_OF_GROUP[kind]]
+        for j, g in enumerate(gs):
+            members.append((g, idx[j::len(gs)]))
+    best_stage, best_size = 0, -1
+    for s in range(len(stages)):
+        size = max(sum(1 for i in m if stage_of[i] == s) for _, m in members)
+        if size > best_size:
+            best_stage, best_size = s, size
+    groups = []
+    for g, m in members:
+        real = sum(1 for i in m if stage_of[i] == best_stage)
+        groups.append(KVCacheGroup(g.kind, real, best_size - real,
+                                   per_tok * real if g.kind in ("full_attention", "sliding_window") else 0,
+                                   g.sliding_window))
+    notes.append(f"pipeline parallel: {len(groups)} KV-cache groups of the whole model; stage {best_stage} holds at "
+                 f"most {best_size} layers of one group (its blocks are the fewest)")
+    return KVCacheLayout(tuple(groups), glob.block_size, glob.page_bytes, best_size, glob.page_bytes * best_size,
+                         glob.state_bytes, tuple(dict.fromkeys(notes)))
 
 
 def _stage_layout(

@@ -232,3 +232,10 @@ def group_size_close_factor(v: tuple[int, int, int] | None) -> float | None:
         if v >= since:
             factor = f
     return factor
+
+
+PP_WHOLE_MODEL_GROUPS_FROM = (0, 11, 0)
+"""First version read that builds KV-cache groups from the whole model under pipeline parallelism
+(``get_kv_cache_configs`` merges every worker's specs, ``v1/core/kv_cache_utils.py @ v0.11.0``; also @ v0.13.0,
+v0.24.0). 0.9.2 and 0.10.1.1 group each worker's own layers (``v1/engine/core.py``: ``get_kv_cache_config`` per
+worker, then ``unify_kv_cache_configs``). 0.10.2 was not read. Unknown version: the whole-model rule."""
