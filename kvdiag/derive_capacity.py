@@ -143,7 +143,7 @@ def _modelled_token_line(bundle: Bundle, shape, kv, kv_dtype: str, tp: int, src_
              "decode_context_parallel_size": int(dcp[0]) if dcp else 1,
              "speculative_method": method, "num_speculative_tokens": int(spec_n[0]) if spec_n and method else 0,
              "mamba_ssm_cache_dtype": ssm if ssm in ("float16", "bfloat16", "float32") else None,
-             "prefix_caching": not (pc and pc[0] == 0)}
+             "prefix_caching": (pc[0] != 0) if pc else None}
     try:
         est = capacity.estimate_capacity(
             shape, kv[0], kv_cache_dtype=kv_dtype, tensor_parallel_size=tp,
@@ -152,7 +152,7 @@ def _modelled_token_line(bundle: Bundle, shape, kv, kv_dtype: str, tp: int, src_
         )
     except (InputError, ValueError):
         return
-    said = ", ".join(f"{k} {v}" for k, v in facts.items() if v not in (None, 0, 1, True))
+    said = ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None and v is not True and v not in (0, 1))
     bundle.add("kv_capacity_tokens_modelled", est.kv_capacity_tokens,
                f"derived: capacity model of {src_cfg} with KV memory {kv[0] / 2**30:.2f} GiB ({kv[1]}), "
                f"kv_cache_dtype {kv_dtype}, TP {tp}" + (f", {said}" if said else ""))

@@ -105,6 +105,8 @@ def _relabel(exc: InputError, path: str) -> InputError:
               help="vLLM --mamba-ssm-cache-dtype (hybrid models' recurrent state).")
 @click.option("--no-prefix-caching", "no_prefix_caching", is_flag=True,
               help="vLLM --no-enable-prefix-caching (hybrid models keep one state page per request).")
+@click.option("--enable-prefix-caching", "enable_prefix_caching", is_flag=True,
+              help="vLLM --enable-prefix-caching given explicitly (hybrid models on 0.13-0.19 change block and pages).")
 @click.option("--quantization", default=None, metavar="METHOD",
               help="vLLM --quantization (weights estimate; default: the config's quantization_config).")
 @click.option("--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]))
@@ -126,6 +128,7 @@ def estimate(
     decode_context_parallel_size: int,
     mamba_ssm_cache_dtype: str | None,
     no_prefix_caching: bool,
+    enable_prefix_caching: bool,
     quantization: str | None,
     fmt: str,
 ) -> None:
@@ -153,6 +156,8 @@ def estimate(
         raise click.UsageError(f"--speculative-method {speculative_method} needs --num-speculative-tokens N (N >= 1)")
     if num_speculative_tokens and not speculative_method:
         raise click.UsageError("--num-speculative-tokens needs --speculative-method")
+    if no_prefix_caching and enable_prefix_caching:
+        raise click.UsageError("give at most one of --no-prefix-caching and --enable-prefix-caching")
     if tensor_parallel_size % decode_context_parallel_size:
         raise click.UsageError(f"--decode-context-parallel-size {decode_context_parallel_size} must divide "
                                f"--tensor-parallel-size {tensor_parallel_size}")
@@ -227,7 +232,7 @@ def estimate(
             max_num_batched_tokens=mnbt, vllm_version=vllm_version,
             speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
             draft_layers=draft_layers, decode_context_parallel_size=decode_context_parallel_size,
-            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, prefix_caching=not no_prefix_caching,
+            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, prefix_caching=(False if no_prefix_caching else True if enable_prefix_caching else None),
         )
     except InputError as exc:
         raise _relabel(exc, model_config) from None

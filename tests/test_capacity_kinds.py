@@ -302,3 +302,26 @@ def test_pipeline_parallel_groups_by_version(version, groups, group_size, tokens
     assert (est.layout.num_groups, est.layout.group_size) == (groups, group_size)
     assert est.layout.block_bytes == 393_216 and est.num_gpu_blocks == 109_226
     assert est.kv_capacity_tokens == tokens
+
+
+# --- Explicit prefix caching on a Mamba hybrid, vLLM 0.13.0 ----------------------------------------------------
+# model_executor/models/config.py HybridAttentionMambaModelConfig @ v0.13.0 (prefix caching: block =
+# lcm(chunk, 16) x cdiv(cdiv(mamba_page, attention page per token), lcm)); kv_cache_interface.py MambaSpec
+# @ v0.13.0 (cdiv(max_model_len, mamba_block_size) pages per request); config/model.py (hybrid default: off).
+
+def test_explicit_prefix_caching_on_013_hybrid_aligns_the_block_to_the_mamba_chunk():
+    shape = cap.model_shape({**_nemotron_4b(), "chunk_size": 256})
+    # state 2,024,448 B / 2,048 B per token = 988.5 -> 989 tokens; lcm(256, 16) = 256 -> block 256 x 4 = 1,024;
+    # block bytes 1,024 x 2,048 x 4 = 8,388,608; 11.15 GiB // = 1,427 (x = 11,970,543,616; 1,428 x = 11,978,932,224);
+    # line 1,427 // 7 x 1,024 = 207,872; per request 8 attention blocks + 6 Mamba groups x cdiv(8,192, 1,024) = 56
+    # -> 1,427 / 56 = 25.48
+    on = cap.estimate_capacity(shape, 11.15 * GIB, kv_cache_dtype="fp8", max_model_len=8192, vllm_version="0.13.0",
+                               prefix_caching=True)
+    assert on.layout.block_size == 1_024
+    assert on.num_gpu_blocks == 1_427
+    assert on.kv_capacity_tokens == 207_872
+    assert round(on.max_concurrency, 2) == 25.48
+    # the 0.13 default for hybrids (prefix caching off): R35 as logged, 992 tokens, 98.20x
+    default = cap.estimate_capacity(shape, 11.15 * GIB, kv_cache_dtype="fp8", max_model_len=8192,
+                                    vllm_version="0.13.0")
+    assert (default.layout.block_size, round(default.max_concurrency, 2)) == (992, 98.20)

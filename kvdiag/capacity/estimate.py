@@ -12,7 +12,7 @@ from .shape import ModelShape
 from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from .mla import caches_mla_latent
 from .speculative import drafter_layers
-from .versions import MAMBA_SPEC_BLOCKS_FROM, _version, default_mamba_cache_mode, prerelease_note, version_at_least
+from .versions import MAMBA_ALIGN_DEFAULT_FROM, MAMBA_SPEC_BLOCKS_FROM, _version, default_mamba_cache_mode, prerelease_note, version_at_least
 
 @dataclass(frozen=True)
 class CapacityEstimate:
@@ -54,7 +54,7 @@ def estimate_capacity(
     draft_layers: int | None = None,
     decode_context_parallel_size: int = 1,
     mamba_ssm_cache_dtype: str | None = None,
-    prefix_caching: bool = True,
+    prefix_caching: bool | None = None,
 ) -> CapacityEstimate:
     """Blocks, printed token capacity and concurrency from a worker's KV budget.
 
@@ -74,7 +74,8 @@ def estimate_capacity(
         draft_layers: the drafter's decoder layers when not the default (EAGLE head 1, MTP from the config).
         decode_context_parallel_size: ``--decode-context-parallel-size`` (printed tokens x it; :mod:`.printing`).
         mamba_ssm_cache_dtype: ``--mamba-ssm-cache-dtype`` (None/``auto``: the config's or the model dtype).
-        prefix_caching: False for ``--no-enable-prefix-caching`` (hybrid state pages per request).
+        prefix_caching: None = the version's default; True for ``--enable-prefix-caching``, False for
+            ``--no-enable-prefix-caching`` (hybrid state pages per request, and the 0.13 chunk-aligned block).
 
     Returns:
         CapacityEstimate.
@@ -97,12 +98,15 @@ def estimate_capacity(
     n_draft = drafter_layers(shape, speculative_method, draft_layers)
     spec_tokens = num_speculative_tokens if speculative_method else 0
     ssm = None if mamba_ssm_cache_dtype in (None, "auto") else mamba_ssm_cache_dtype
+    mode = mamba_cache_mode or default_mamba_cache_mode(v, prefix_caching, shape.model_type)
+    chunk = None
+    if mode == "all" and shape.num_state_layers and v is not None and v < MAMBA_ALIGN_DEFAULT_FROM:
+        chunk = shape.mamba_chunk_size or 2048  # get_mamba_chunk_size @ v0.13.0: 2048 when the config names none
     layout = kv_cache_layout(
         shape, kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, block_size,
         hybrid_allocator=not v0, mamba_ssm_dtype=ssm, drafter_layers=n_draft,
-        num_speculative_tokens=spec_tokens, vllm_version=v,
+        num_speculative_tokens=spec_tokens, vllm_version=v, mamba_chunk_size=chunk,
     )
-    mode = mamba_cache_mode or default_mamba_cache_mode(v, prefix_caching)
     spec_blocks = spec_tokens if version_at_least(v, MAMBA_SPEC_BLOCKS_FROM) or v is None else 0
     cp = decode_context_parallel_size
     blocks = num_gpu_blocks_from_kv_memory(kv_memory_bytes, layout.block_bytes)
@@ -134,7 +138,8 @@ def estimate_capacity(
     if shape.num_state_layers and spec_blocks:
         notes.append(f"each request reserves {spec_blocks} more state page(s) per state group for the speculative tokens")
     if shape.num_state_layers and not v0:
-        notes.append(f"mamba_cache_mode assumed {mode!r} ({'2 state pages' if mode == 'align' else '1 state page'} per request per state group)")
+        pages = {"align": "2 state pages", "all": "one state page per block of the request"}.get(mode, "1 state page")
+        notes.append(f"mamba_cache_mode assumed {mode!r} ({pages} per request per state group)")
     if shape.attention_kind == "mla" and block_size is None:
         notes.append("MLA: block size 16 assumed; FlashMLA / FlashInfer-MLA force 64, CUTLASS MLA 128")
     if any(g.kind == "sliding_window" for g in layout.groups) and max_model_len:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -83,6 +84,7 @@ def kv_cache_layout(
     drafter_layers: int = 0,
     num_speculative_tokens: int = 0,
     vllm_version: tuple[int, int, int] | None = None,
+    mamba_chunk_size: int | None = None,
 ) -> KVCacheLayout:
     """KV-cache groups, effective block size and block bytes of the limiting worker.
 
@@ -115,6 +117,8 @@ def kv_cache_layout(
             included: ``v1/worker/gpu_model_runner.py`` and ``v1/spec_decode/eagle.py load_model`` @ v0.11.0).
         num_speculative_tokens: speculative tokens per step; grows hybrid conv states (:func:`state_bytes_per_layer`).
         vllm_version: selects the version rules (pre-0.7.1 MLA, state dtypes).
+        mamba_chunk_size: align the hybrid block to this Mamba chunk (0.13 – 0.19 with prefix caching opted in,
+            :data:`~.versions.MAMBA_PREFIX_ALL_FROM`): ``lcm(chunk, align) × cdiv(cdiv(state, per_token), lcm)``.
 
     Returns:
         The KVCacheLayout.
@@ -138,7 +142,7 @@ def kv_cache_layout(
     if (hybrid_allocator and len(stages) > 1 and len({k for k in all_kinds if k != LAYER_NONE}) > 1
             and (vllm_version is None or vllm_version >= PP_WHOLE_MODEL_GROUPS_FROM)):
         return _whole_model_layout(shape, stages, all_kinds, per_tok, block, user_block, tensor_parallel_size,
-                                   mamba_ssm_dtype, notes, num_speculative_tokens, vllm_version)
+                                   mamba_ssm_dtype, notes, num_speculative_tokens, vllm_version, mamba_chunk_size)
     best: KVCacheLayout | None = None
     for n, stage in enumerate(stages):
         kinds = [shape.layer_kinds[i] for i in stage]
@@ -146,7 +150,7 @@ def kv_cache_layout(
             kinds += [LAYER_FULL] * drafter_layers  # the drafter runs on the last PP rank
         layout = _stage_layout(
             shape, kinds, per_tok, block, user_block, tensor_parallel_size,
-            hybrid_allocator, mamba_ssm_dtype, notes, num_speculative_tokens, vllm_version,
+            hybrid_allocator, mamba_ssm_dtype, notes, num_speculative_tokens, vllm_version, mamba_chunk_size,
         )
         if best is None or layout.block_bytes / layout.block_size > best.block_bytes / best.block_size:
             best = layout
@@ -169,6 +173,7 @@ _KIND_OF_GROUP = {"full_attention": (LAYER_FULL,), "sliding_window": (LAYER_SLID
 def _whole_model_layout(
     shape: ModelShape, stages: list[range], all_kinds: list[str], per_tok: int, block: int, user_block: int | None,
     tp: int, ssm_dtype: str | None, notes: list[str], num_spec: int, vllm_version: tuple[int, int, int] | None,
+    chunk: int | None = None,
 ) -> KVCacheLayout:
     """Pipeline parallel from 0.11.0: groups built from the whole model's layers, then cut per worker.
 
@@ -178,7 +183,7 @@ def _whole_model_layout(
     minimum. The printed line divides by the number of global groups (empty ones on a worker included).
     """
     glob = _stage_layout(shape, all_kinds, per_tok, block, user_block, tp, True, ssm_dtype, notes, num_spec,
-                         vllm_version)
+                         vllm_version, chunk)
     stage_of = [n for n, st in enumerate(stages) for _ in st] + [len(stages) - 1] * (len(all_kinds) - shape.num_layers)
     members: list[tuple[KVCacheGroup, list[int]]] = []
     by_kind: dict[str, list[KVCacheGroup]] = {}
@@ -217,6 +222,7 @@ def _stage_layout(
     notes: list[str],
     num_spec: int = 0,
     vllm_version: tuple[int, int, int] | None = None,
+    chunk: int | None = None,
 ) -> KVCacheLayout:
     n_full = kinds.count(LAYER_FULL)
     n_slide = kinds.count(LAYER_SLIDING)
@@ -264,6 +270,12 @@ def _stage_layout(
             if num_spec:
                 notes.append(f"{shape.state_kind} conv state holds {num_spec} more rows for the speculative tokens")
             forced = hybrid_attention_block_size(state_bytes, per_tok, mla=shape.attention_kind == "mla")
+            if chunk:
+                align = 64 if shape.attention_kind == "mla" else 16
+                step = math.lcm(chunk, align)
+                forced = step * math.ceil(math.ceil(state_bytes / per_tok) / step)
+                notes.append(f"prefix caching on a Mamba model (0.13 - 0.19): block aligned to the Mamba chunk "
+                             f"({chunk} tokens), one state page per {forced} tokens of a request")
             if block < forced:
                 notes.append(
                     f"attention block size raised from {block} to {forced} tokens so one attention page "

@@ -43,6 +43,7 @@ class ModelShape:
             that vLLM before 0.7.1 cached.
         mtp_layers: multi-token-prediction layers the checkpoint ships (``num_nextn_predict_layers`` or
             ``mtp_num_hidden_layers``), None when the config names none.
+        mamba_chunk_size: ``mamba_chunk_size`` or ``chunk_size`` of a Mamba model's config (None when absent).
     """
 
     model_type: str | None
@@ -66,6 +67,7 @@ class ModelShape:
     qk_nope_head_dim: int | None = None
     mla_num_kv_heads: int | None = None
     mtp_layers: int | None = None
+    mamba_chunk_size: int | None = None
 
     @property
     def num_attention_layers(self) -> int:
@@ -342,4 +344,6 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         mla_num_kv_heads=(_int_field(cfg, "num_key_value_heads", "num_attention_heads", required=False)
                           if attention_kind == "mla" else None),
         mtp_layers=_int_field(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", required=False, zero_ok=True),
+        mamba_chunk_size=(_int_field(cfg, "mamba_chunk_size", "chunk_size", required=False)
+                          if LAYER_MAMBA in kinds else None),
     )

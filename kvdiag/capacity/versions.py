@@ -142,7 +142,20 @@ state pages per request). Absent at 0.13.0 (R35 reproduces with one page), seen 
 (U01 log line "Mamba cache mode is set to 'align'"). The exact release is not verified."""
 
 
-def default_mamba_cache_mode(vllm_version: str | tuple[int, int, int] | None, prefix_caching: bool = True) -> str:
+MAMBA_PREFIX_ALL_FROM = (0, 13, 0)
+"""From this version (read @ v0.13.0; 0.12 not read, 0.11.0 forces prefix caching off for hybrids) until
+:data:`MAMBA_ALIGN_DEFAULT_FROM`, an explicit ``--enable-prefix-caching`` on a model that supports Mamba prefix
+caching keeps one state page per attention block of the request (``MambaSpec.max_memory_usage_bytes`` =
+``cdiv(max_model_len, mamba_block_size)`` pages, ``v1/kv_cache_interface.py @ v0.13.0``) and aligns the attention
+block to the Mamba chunk size (``HybridAttentionMambaModelConfig``, ``model_executor/models/config.py @ v0.13.0``)."""
+
+MAMBA_PREFIX_CACHING_MODEL_TYPES = ("bamba", "falcon_h1", "granitemoehybrid", "jamba", "mamba", "mamba2",
+                                    "nemotron_h", "zamba2")
+"""``model_type`` of the 0.13.0 models with ``supports_mamba_prefix_caching`` (``model_executor/models/*.py``)."""
+
+
+def default_mamba_cache_mode(vllm_version: str | tuple[int, int, int] | None, prefix_caching: bool | None = True,
+                             model_type: str | None = None) -> str:
     """``"align"`` or ``"none"``: how many state pages vLLM keeps per request by default.
 
     See :data:`MAMBA_ALIGN_DEFAULT_FROM` (``config/cache.py`` / ``MambaSpec`` in
@@ -156,7 +169,9 @@ def default_mamba_cache_mode(vllm_version: str | tuple[int, int, int] | None, pr
 
     Args:
         vllm_version: version string or tuple; None → ``"none"``.
-        prefix_caching: prefix caching on (V1 default).
+        prefix_caching: True when on (explicitly, or the V1 default from 0.20), False when off, None for the
+            version's default for hybrid models (off before 0.20, on from 0.20).
+        model_type: the model's ``model_type`` (the 0.13 opt-in applies to :data:`MAMBA_PREFIX_CACHING_MODEL_TYPES`).
 
     Returns:
         The mode name.
@@ -165,8 +180,12 @@ def default_mamba_cache_mode(vllm_version: str | tuple[int, int, int] | None, pr
         ValueError: unparseable version string.
     """
     v = _version(vllm_version)
-    if prefix_caching and v is not None and v >= MAMBA_ALIGN_DEFAULT_FROM:
+    if prefix_caching is False or v is None:
+        return "none"
+    if v >= MAMBA_ALIGN_DEFAULT_FROM:
         return "align"
+    if prefix_caching and v >= MAMBA_PREFIX_ALL_FROM and (model_type or "") in MAMBA_PREFIX_CACHING_MODEL_TYPES:
+        return "all"
     return "none"
 
 
