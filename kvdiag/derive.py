@@ -415,7 +415,7 @@ def derive(bundle: Bundle) -> None:
         bundle.add("kv_capacity_tokens", nb * bs[0],
                    f"derived: num_gpu_blocks {nb:,.0f} ({blocks['source'].iloc[-1]}) × block_size {bs[0]:.0f} ({bs[1]})")
     if bundle.model_config is not None:
-        from .derive_capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity.py)
+        from .derive_capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity/)
 
         derive_capacity(bundle)
     _util_needed_from_log(bundle)

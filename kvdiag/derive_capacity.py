@@ -1,4 +1,4 @@
-"""Derived signals from the capacity model (``kvdiag/capacity.py``): weights vs the GPU, and the numbers
+"""Derived signals from the capacity model (the ``kvdiag/capacity/`` package): weights vs the GPU, and the numbers
 remedies quote (the gpu_memory_utilization that fits, the fp8 pool, the tensor parallel size that fits).
 
 Runs only when ``--model-config`` is given. Every value is per worker (one TP rank) unless named otherwise.
@@ -39,7 +39,10 @@ def derive_capacity(bundle: Bundle) -> None:
     * ``min_tensor_parallel_for_weights`` — smallest TP in 1, 2, 4, 8 with weights per GPU ≤ 90 % of the budget;
     * ``gpu_memory_utilization_needed`` — utilization that gives one ``max_model_len`` request its KV
       (``capacity.gpu_memory_utilization_for``; non-KV memory = budget − logged KV memory);
-    * ``kv_capacity_tokens_fp8`` — the pool in tokens with ``--kv-cache-dtype fp8`` (``capacity.fp8_kv_gain``).
+    * ``kv_capacity_tokens_fp8`` — the pool in tokens with ``--kv-cache-dtype fp8`` (``capacity.fp8_kv_gain``);
+    * ``kv_capacity_tokens_modelled`` — the "GPU KV cache size" line ``capacity.estimate_capacity`` predicts from
+      the logged KV memory, version, parallel sizes, speculative config, DCP size, SSM dtype and prefix caching
+      (the ``non-default args`` / engine config line facts).
 
     Raises:
         InputError: the model config lacks a field the model needs (names it).
@@ -56,15 +59,27 @@ def derive_capacity(bundle: Bundle) -> None:
     kv_dtype = str(dtype_row["text"].iloc[-1]) if len(dtype_row) else "auto"
     if kv_dtype not in capacity.KV_CACHE_DTYPES:
         kv_dtype = "auto"
-    bpt = capacity.kv_bytes_per_token(shape, kv_dtype, tensor_parallel_size=tp)
+    version_text = _text_last(bundle, "vllm_version")
+    try:
+        version = capacity.parse_vllm_version(version_text)
+    except ValueError:
+        version = None
+    try:
+        bpt = capacity.kv_bytes_per_token(shape, kv_dtype, tensor_parallel_size=tp, vllm_version=version)
+    except InputError:  # e.g. pre-0.7.1 DeepSeek without qk_nope_head_dim: the latent size, as before
+        bpt = capacity.kv_bytes_per_token(shape, kv_dtype, tensor_parallel_size=tp)
     bundle.add("kv_bytes_per_token", bpt,
                f"derived: capacity model of {src_cfg} (kv_cache_dtype {kv_dtype}, TP {tp}: {tp_src})")
     kv = _last(bundle, "kv_cache_memory_bytes")
     if kv and kv[0] > 0:
         bundle.add("kv_capacity_tokens_from_config", math.floor(kv[0] / bpt),
                    f"derived: KV memory {kv[0] / 2**30:.2f} GiB ({kv[1]}) / {bpt:,} B per token")
+    _modelled_token_line(bundle, shape, kv, kv_dtype, tp, src_cfg)
     try:
-        total_w = capacity.weights_bytes(cfg)
+        logged_q = _text_last(bundle, "quantization")
+        has_qc = isinstance(capacity._text_config(cfg).get("quantization_config"), dict)
+        # the log's --quantization (engine config line) when the checkpoint config names none (online fp8, bnb)
+        total_w = capacity.weights_bytes(cfg, None if has_qc or not logged_q else logged_q)
     except (InputError, ValueError):
         total_w = None
     total = _last(bundle, "gpu_total_bytes")
@@ -103,3 +118,41 @@ def derive_capacity(bundle: Bundle) -> None:
         if gain > 1:
             bundle.add("kv_capacity_tokens_fp8", math.floor(pool[0] * gain),
                        f"derived: pool {pool[0]:,.0f} tokens ({pool[1]}) × {gain:g} (fp8 KV cache)")
+
+
+def _text_last(bundle: Bundle, name: str) -> str | None:
+    rows = bundle.signal(name)
+    return str(rows["text"].iloc[-1]) if len(rows) and rows["text"].iloc[-1] else None
+
+
+def _modelled_token_line(bundle: Bundle, shape, kv, kv_dtype: str, tp: int, src_cfg: str) -> None:
+    """Add ``kv_capacity_tokens_modelled`` when the log gave the KV memory; silent when the model cannot say."""
+    if not kv or kv[0] <= 0:
+        return
+    version = _text_last(bundle, "vllm_version")
+    pp = _last(bundle, "pipeline_parallel_size")
+    dcp = _last(bundle, "decode_context_parallel_size")
+    spec_n = _last(bundle, "num_speculative_tokens")
+    method = _text_last(bundle, "speculative_method")
+    if method not in capacity.SPECULATIVE_METHODS:
+        method = None
+    ssm = _text_last(bundle, "mamba_ssm_cache_dtype")
+    pc = _last(bundle, "enable_prefix_caching")
+    mml = _last(bundle, "max_model_len")
+    facts = {"vllm_version": version, "pipeline_parallel_size": int(pp[0]) if pp else 1,
+             "decode_context_parallel_size": int(dcp[0]) if dcp else 1,
+             "speculative_method": method, "num_speculative_tokens": int(spec_n[0]) if spec_n and method else 0,
+             "mamba_ssm_cache_dtype": ssm if ssm in ("float16", "bfloat16", "float32") else None,
+             "prefix_caching": (pc[0] != 0) if pc else None}
+    try:
+        est = capacity.estimate_capacity(
+            shape, kv[0], kv_cache_dtype=kv_dtype, tensor_parallel_size=tp,
+            max_model_len=int(mml[0]) if mml else None,
+            **facts,
+        )
+    except (InputError, ValueError):
+        return
+    said = ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None and v is not True and v not in (0, 1))
+    bundle.add("kv_capacity_tokens_modelled", est.kv_capacity_tokens,
+               f"derived: capacity model of {src_cfg} with KV memory {kv[0] / 2**30:.2f} GiB ({kv[1]}), "
+               f"kv_cache_dtype {kv_dtype}, TP {tp}" + (f", {said}" if said else ""))

@@ -93,6 +93,22 @@ def _relabel(exc: InputError, path: str) -> InputError:
               help="Total memory of one GPU, GiB (KV memory is then estimated).")
 @click.option("--gpu-memory-utilization", default=None, type=_Finite(0, 1), metavar="RATIO",
               help="vLLM --gpu-memory-utilization (with --gpu-memory; default 0.9, 0.92 from 0.24).")
+@click.option("--speculative-method", default=None, type=click.Choice(list(cap.SPECULATIVE_METHODS)),
+              help="speculative_config method: eagle/eagle3 add the head's layer, mtp the checkpoint's MTP layers.")
+@click.option("--num-speculative-tokens", default=0, type=click.IntRange(0, 64), metavar="N",
+              help="speculative_config num_speculative_tokens (grows Gated-DeltaNet conv state).")
+@click.option("--draft-layers", default=None, type=click.IntRange(0, 1024), metavar="N",
+              help="Decoder layers of the drafter when not the default (EAGLE head 1, MTP from the config).")
+@click.option("--decode-context-parallel-size", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
+              metavar="N", help="vLLM --decode-context-parallel-size (must divide --tensor-parallel-size).")
+@click.option("--mamba-ssm-cache-dtype", default=None, type=click.Choice(["auto", "float16", "bfloat16", "float32"]),
+              help="vLLM --mamba-ssm-cache-dtype (hybrid models' recurrent state).")
+@click.option("--no-prefix-caching", "no_prefix_caching", is_flag=True,
+              help="vLLM --no-enable-prefix-caching (hybrid models keep one state page per request).")
+@click.option("--enable-prefix-caching", "enable_prefix_caching", is_flag=True,
+              help="vLLM --enable-prefix-caching given explicitly (hybrid models on 0.13-0.19 change block and pages).")
+@click.option("--quantization", default=None, metavar="METHOD",
+              help="vLLM --quantization (weights estimate; default: the config's quantization_config).")
 @click.option("--format", "fmt", default="text", show_default=True, type=click.Choice(["text", "json"]))
 def estimate(
     model_config: str,
@@ -106,6 +122,14 @@ def estimate(
     kv_cache_memory: float | None,
     gpu_memory: float | None,
     gpu_memory_utilization: float | None,
+    speculative_method: str | None,
+    num_speculative_tokens: int,
+    draft_layers: int | None,
+    decode_context_parallel_size: int,
+    mamba_ssm_cache_dtype: str | None,
+    no_prefix_caching: bool,
+    enable_prefix_caching: bool,
+    quantization: str | None,
     fmt: str,
 ) -> None:
     """Estimate KV-cache blocks, token capacity and concurrency of one vLLM worker.
@@ -128,6 +152,15 @@ def estimate(
         version = cap.parse_vllm_version(vllm_version)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if speculative_method and speculative_method != "ngram" and num_speculative_tokens == 0:
+        raise click.UsageError(f"--speculative-method {speculative_method} needs --num-speculative-tokens N (N >= 1)")
+    if num_speculative_tokens and not speculative_method:
+        raise click.UsageError("--num-speculative-tokens needs --speculative-method")
+    if no_prefix_caching and enable_prefix_caching:
+        raise click.UsageError("give at most one of --no-prefix-caching and --enable-prefix-caching")
+    if tensor_parallel_size % decode_context_parallel_size:
+        raise click.UsageError(f"--decode-context-parallel-size {decode_context_parallel_size} must divide "
+                               f"--tensor-parallel-size {tensor_parallel_size}")
 
     config = _load_config(model_config)
     notes: list[str] = []
@@ -158,7 +191,7 @@ def estimate(
 
     weights_total: int | None
     try:
-        weights_total = cap.weights_bytes(config)
+        weights_total = cap.weights_bytes(config, quantization)
     except (InputError, ValueError) as exc:
         weights_total = None
         notes.append(f"weights not estimated: {str(exc).removeprefix('config: ')}")
@@ -196,7 +229,10 @@ def estimate(
         est = cap.estimate_capacity(
             shape, kv_bytes, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, block_size=block_size, max_model_len=max_model_len,
-            max_num_batched_tokens=mnbt, vllm_version=version,
+            max_num_batched_tokens=mnbt, vllm_version=vllm_version,
+            speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
+            draft_layers=draft_layers, decode_context_parallel_size=decode_context_parallel_size,
+            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, prefix_caching=(False if no_prefix_caching else True if enable_prefix_caching else None),
         )
     except InputError as exc:
         raise _relabel(exc, model_config) from None

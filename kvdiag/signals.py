@@ -107,6 +107,9 @@ _SIGNALS = [
            "KV bytes per token from the model config: 2 × layers × kv_heads × head_dim × dtype_bytes (derived)"),
     Signal("kv_capacity_tokens_from_config", "fact", "tokens",
            "KV memory / kv_bytes_per_token: the pool the model config implies (derived, planning estimate)"),
+    Signal("kv_capacity_tokens_modelled", "fact", "tokens",
+           "the 'GPU KV cache size' line the capacity model predicts from the model config, the logged KV memory, "
+           "version, parallel sizes, speculative config and state dtypes (derived)"),
     Signal("weights_estimate_bytes", "fact", "bytes",
            "weights per GPU from the model config: parameter count × dtype bytes / tensor_parallel_size (derived)"),
     Signal("weights_budget_ratio", "fact", "ratio",
@@ -233,6 +236,16 @@ _SIGNALS = [
             "'Encoder cache will be initialized with a budget' (V1 0.8+)")),
     Signal("quantization", "fact", "text", "weight quantization method (awq, gptq, fp8, bitsandbytes, ...)",
            (), ("engine config line quantization=X", "args")),
+    Signal("speculative_method", "fact", "text", "speculative decoding method (eagle, eagle3, mtp, ngram, ...)",
+           (), ("'non-default args: {'speculative_config': {'method': X}}'", "engine config speculative_config=")),
+    Signal("num_speculative_tokens", "fact", "tokens", "speculative tokens proposed per step",
+           (), ("'non-default args' speculative_config num_speculative_tokens", "engine config num_spec_tokens=")),
+    Signal("decode_context_parallel_size", "fact", "count", "decode context parallel size (DCP)",
+           (), ("'non-default args: {'decode_context_parallel_size': N}'", "engine config line")),
+    Signal("pipeline_parallel_size", "fact", "count", "pipeline parallel size",
+           (), ("'non-default args'", "engine config line pipeline_parallel_size=N")),
+    Signal("mamba_ssm_cache_dtype", "fact", "text", "dtype of hybrid models' recurrent (SSM) state",
+           (), ("'non-default args: {'mamba_ssm_cache_dtype': X}'", "engine config line")),
     # --- derived by kvdiag/derive.py for the catalog rules (issue 6) --------------------------------
     Signal("cuda_oom_phase", "event", "bytes",
            "each CUDA OOM with its phase settled from the log's order of start-up steps when the traceback does not "

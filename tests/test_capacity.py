@@ -164,9 +164,11 @@ def test_every_row_has_inputs():
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_pairs_kv_capacity_tokens(row):
+    # Must-show 1 of issue 16: within 0.5 %, or one block where the printed GiB (two decimals) leaves that open.
     est = _estimate(row)
     want = int(row["logged_kv_tokens"])
-    assert rel_err(est.kv_capacity_tokens, want) <= TOL, (est.kv_capacity_tokens, want)
+    assert rel_err(est.kv_capacity_tokens, want) <= TOL or abs(est.kv_capacity_tokens - want) <= est.layout.block_size, \
+        (est.kv_capacity_tokens, want)
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if r["logged_max_concurrency"]],
@@ -521,7 +523,10 @@ def test_weights_quantized_and_index():
     cfg = load_config("llama-3.1-8b-instruct.json")
     bf16 = cap.weights_bytes(cfg)
     fp8 = cap.weights_bytes(cfg, "fp8")
-    awq = cap.weights_bytes(cfg, "awq")
+    awq = cap.weights_bytes({**cfg, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}})
+    # vLLM's AWQConfig.from_config needs bits and group_size from the checkpoint: without them, a named field
+    with pytest.raises(InputError, match="quantization_config.bits"):
+        cap.weights_bytes(cfg, "awq")
     # embeddings + lm_head (1.05 B params) stay 2 B: fp8 = 6.98 B + 2.10 GB ~ 9.08 GB
     assert 0.55 * bf16 < fp8 < 0.6 * bf16
     assert awq < fp8

@@ -147,3 +147,42 @@ def test_json_array_config_is_input_error(tmp_path):
     cfg.write_text("[1, 2]")
     result = run("--model-config", str(cfg), "--kv-cache-memory", "4")
     assert isinstance(result.exception, InputError)
+
+
+# --- issue 16 options (numbers hand-computed in tests/test_capacity_kinds.py) --------------------------------------
+
+def test_speculative_mtp_on_qwen3_next():
+    out = run_json("--model-config", str(CONFIGS / "qwen3-next-80b-a3b.json"), "--tensor-parallel-size", "4",
+                   "--kv-cache-memory", "20", "--max-model-len", "32768", "--vllm-version", "0.11.0",
+                   "--speculative-method", "mtp", "--num-speculative-tokens", "2")
+    assert (out["block_size"], out["num_gpu_blocks"], out["kv_capacity_tokens"]) == (288, 5_601, 403_200)
+    assert [g["layers"] for g in out["groups"]] == [13, 13, 13, 10]
+
+
+def test_eagle_and_dcp_options():
+    out = run_json("--model-config", str(CONFIGS / "deepseek-v2-lite.json"), "--tensor-parallel-size", "4",
+                   "--decode-context-parallel-size", "4", "--kv-cache-memory", "10", "--max-model-len", "32768",
+                   "--vllm-version", "0.11.0")
+    assert out["kv_capacity_tokens"] == 1_380_800 and out["max_concurrency"] == 42.14
+    bad = run("--model-config", str(CONFIGS / "deepseek-v2-lite.json"), "--tensor-parallel-size", "2",
+              "--decode-context-parallel-size", "4", "--kv-cache-memory", "10")
+    assert bad.exit_code == 2 and "must divide" in bad.output
+
+
+def test_speculative_method_needs_tokens_and_mtp_needs_layers():
+    r = run("--model-config", str(CONFIGS / "llama-3.1-8b-instruct.json"), "--kv-cache-memory", "10",
+            "--speculative-method", "eagle")
+    assert r.exit_code == 2 and "--num-speculative-tokens" in r.output
+    r = run("--model-config", str(CONFIGS / "llama-3.1-8b-instruct.json"), "--kv-cache-memory", "10",
+            "--speculative-method", "mtp", "--num-speculative-tokens", "1")
+    assert r.exit_code != 0 and "num_nextn_predict_layers" in str(r.exception or r.output)
+
+
+def test_mamba_ssm_dtype_and_prefix_caching_options():
+    base = ["--model-config", str(CONFIGS / "qwen3.6-35b-a3b.json"), "--kv-cache-memory", "2.95",
+            "--kv-cache-dtype", "fp8_e4m3", "--max-model-len", "65536", "--vllm-version", "0.20.0",
+            "--mamba-ssm-cache-dtype", "float32"]
+    on, off = run_json(*base), run_json(*base, "--no-prefix-caching")
+    # U01 (hand-computed in test_capacity_kinds): 147 blocks of 2,096; 3.87x with prefix caching, 4.20x without
+    assert (on["block_size"], on["num_gpu_blocks"], on["max_concurrency"]) == (2096, 147, 3.87)
+    assert off["max_concurrency"] == 4.20

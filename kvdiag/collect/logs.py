@@ -1042,7 +1042,33 @@ def _args(c: LogCollector, m: re.Match, line: Line) -> None:
     mm = re.search(r"\benable_prefix_caching['\"]?\s*[=:]\s*(True|False)", msg)
     if mm:
         c._add("enable_prefix_caching", 1.0 if mm.group(1) == "True" else 0.0, line)
+    _capacity_args(c, msg, line)
     _identity(c, msg, line)
+
+
+# Capacity-model facts of the same lines (issue 16): 'non-default args: {..., 'speculative_config': {'method':
+# 'mtp', 'num_speculative_tokens': 2}, 'decode_context_parallel_size': 2, 'mamba_ssm_cache_dtype': 'float32'}'
+# (entrypoints/utils.py 0.10+) and the engine config line's 'speculative_config=SpeculativeConfig(method='eagle',
+# ..., num_spec_tokens=3)' (v1/engine/core.py @ v0.11.0, SpeculativeConfig.__repr__).
+_CAPACITY_ARGS = (
+    ("speculative_method", re.compile(r"""\bspeculative_config['"]?\s*[=:]\s*(?:SpeculativeConfig\(|\{)[^)}]*?"""
+                                      r"""\bmethod['"]?\s*[=:]\s*['"](\w+)['"]"""), True),
+    ("num_speculative_tokens", re.compile(r"""\bnum_spec(?:ulative)?_tokens['"]?\s*[=:]\s*(\d+)"""), False),
+    ("decode_context_parallel_size", re.compile(r"""\bdecode_context_parallel_size['"]?\s*[=:]\s*(\d+)"""), False),
+    ("pipeline_parallel_size", re.compile(r"""\bpipeline_parallel_size['"]?\s*[=:]\s*(\d+)"""), False),
+    ("mamba_ssm_cache_dtype", re.compile(r"""\bmamba_ssm_cache_dtype['"]?\s*[=:]\s*['"]?(\w+)"""), True),
+)
+
+
+def _capacity_args(c: LogCollector, msg: str, line: Line) -> None:
+    """Speculative config, decode context parallel, pipeline parallel and SSM cache dtype of an args line."""
+    for signal, pat, is_text in _CAPACITY_ARGS:
+        mm = pat.search(msg)
+        if mm:
+            if is_text:
+                c._add(signal, None, line, text=_bounded(mm.group(1)))
+            else:
+                c._add(signal, float(mm.group(1)), line)
 
 
 # model identity in the engine config line ('Initializing a V1 LLM engine (v0.10.2) with config: model='Qwen/…',
