@@ -3,7 +3,8 @@ checked row by row, and the deployment of a lab case (``truth.json``).
 
 Trace rows (CSV header / JSONL keys; the lab's ``workload.json`` has its own ``columns``):
 
-* ``arrival_s`` (seconds from the start of the trace, non-decreasing), ``prompt_tokens`` (>= 1, the whole
+* ``arrival_s`` (seconds from the start of the trace, non-decreasing in CSV/JSONL; ``workload.json`` rows are
+  replayed in arrival order, as the lab lists closed-loop runs in planned order), ``prompt_tokens`` (>= 1, the whole
   prompt), ``output_tokens`` (>= 1, tokens generated before the request stops);
 * optional ``prefix_id`` (requests with the same id share their first ``prefix_tokens`` prompt tokens, token for
   token), ``prefix_tokens`` (0 .. prompt_tokens), ``max_tokens`` (the client's cap).
@@ -146,6 +147,14 @@ def _load_jsonl(path: str, f, cap: int) -> list[Request]:
     return out
 
 
+def _sort_key(row: Any, cols: list) -> float:
+    try:
+        v = float(row[cols.index("arrival_s")])
+        return v if math.isfinite(v) else 0.0
+    except (TypeError, ValueError, IndexError, KeyError):
+        return 0.0  # the row check below names the problem
+
+
 def _load_workload_json(path: str, text: str, cap: int) -> tuple[list[Request], dict]:
     try:
         doc = json.loads(text)
@@ -163,7 +172,11 @@ def _load_workload_json(path: str, text: str, cap: int) -> tuple[list[Request], 
     _check_count(path, len(rows), cap)
     out: list[Request] = []
     prev = 0.0
-    for i, row in enumerate(rows):
+    # a closed-loop run lists its requests as the clients planned them, not by arrival: replay them in arrival
+    # order (ties: planned order, as the lab's queue of pending requests keeps them)
+    order = sorted(range(len(rows)), key=lambda i: (_sort_key(rows[i], cols), i))
+    for i in order:
+        row = rows[i]
         where = f"{path}: requests[{i}]"
         if not isinstance(row, list) or len(row) != len(cols):
             raise InputError(f"{where}: expected a list of {len(cols)} values ({', '.join(cols)})")
