@@ -547,6 +547,12 @@ from .estimate_cmd import estimate  # noqa: E402  (the capacity model's command)
 estimate.epilog = ESTIMATE_CODES
 cli.add_command(estimate)
 
+from .simulate.cmd import simulate_cmd  # noqa: E402  (the what-if scheduler model's command)
+
+simulate_cmd.epilog = exit_codes(("0", "table printed"), ("3", "bad usage, an unreadable or invalid trace, lab case "
+                                                          "or --model-config, a run past --max-steps"))
+cli.add_command(simulate_cmd)
+
 
 def _terminated(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
     raise KeyboardInterrupt
