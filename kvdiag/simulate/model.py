@@ -322,34 +322,34 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
             # ---------------- running requests
             while i < len(running) and budget > 0:
                 r = running[i]
-                ntok = r.prompt + r.n_out
-                new = ntok - r.computed
+                comp = r.computed
+                new = r.prompt + r.n_out - comp
                 if new > budget:
                     new = budget
-                lim = mml - r.computed - 1
-                if new > lim:
-                    new = lim
+                if new > mml - comp - 1:
+                    new = mml - comp - 1
                 if new <= 0:
                     i += 1
                     continue
-                need = -(-(r.computed + new) // bs) - len(r.blocks)
-                ok = True
-                while need > len(free_plain) + len(free_hashed):
-                    victim = running.pop()
-                    free_req(victim)
-                    victim.computed = 0
-                    victim.preempts += 1
-                    waiting.appendleft(victim)
-                    n_pre += 1
-                    if victim is r:
-                        ok = False
-                        break
-                if not ok:
-                    break
+                end = comp + new
+                need = -(-end // bs) - len(r.blocks)
                 if need > 0:
+                    ok = True
+                    while need > len(free_plain) + len(free_hashed):
+                        victim = running.pop()
+                        free_req(victim)
+                        victim.computed = 0
+                        victim.preempts += 1
+                        waiting.appendleft(victim)
+                        n_pre += 1
+                        if victim is r:
+                            ok = False
+                            break
+                    if not ok:
+                        break
                     pop_blocks(need, r.blocks)
-                if caching:
-                    cache_upto(r, min(r.computed + new, ntok))
+                if caching and end // bs > r.n_cached:  # end <= num_tokens: cache_blocks' cap holds
+                    cache_upto(r, end)
                 sched.append((r, new))
                 budget -= new
                 i += 1
@@ -411,13 +411,23 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
                     sched.append((r, new))
                     budget -= new
             preempt += n_pre
-            # ---------------- _update_after_schedule, step time
+            # ---------------- _update_after_schedule; the output (one token per request whose prefill is complete)
             ntoks = 0
             ctx = 0
+            done = None
             for r, n in sched:
-                r.computed += n
+                c = r.computed + n
+                r.computed = c
                 ntoks += n
-                ctx += r.computed
+                ctx += c
+                nt = r.prompt + r.n_out
+                if c >= nt:
+                    r.n_out += 1
+                    gen += 1
+                    if r.n_out >= r.target or nt + 1 >= mml:
+                        if done is None:
+                            done = []
+                        done.append(r)
             ms = oh + max(wms, ntoks * cpt) + ctx * kvr
             if jit:  # the lab's float order: ms / 1000 * (1 + jitter * (2u - 1))
                 t_end = now + ms / 1000.0 * (1.0 + jit * (2 * rng.random() - 1))
@@ -447,17 +457,7 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
             wait_pairs[nw] = wait_pairs.get(nw, 0.0) + dt
             total_time += dt
             now = t_end
-            # ---------------- update_from_output: one token per request whose prefill is complete
-            done = None
-            for r, n in sched:
-                ntok = r.prompt + r.n_out
-                if r.computed >= ntok:
-                    r.n_out += 1
-                    gen += 1
-                    if r.n_out >= r.target or ntok + 1 >= mml:
-                        if done is None:
-                            done = []
-                        done.append(r)
+            # ---------------- update_from_output: finished requests free their blocks
             if done:
                 for r in done:
                     free_req(r)
