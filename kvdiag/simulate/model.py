@@ -235,19 +235,24 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
 
     def pop_blocks(n: int, out: list[int]) -> None:
         nonlocal evicted
-        for _ in range(n):
-            if free_plain:
-                b = free_plain.pop()
+        k = n if n <= len(free_plain) else len(free_plain)
+        if k:
+            seg = free_plain[-k:]
+            del free_plain[-k:]
+            seg.reverse()
+            for b in seg:
+                ref[b] = 1
+            out.extend(seg)
+        for _ in range(n - k):
+            b, _ = free_hashed.popitem(last=False)
+            h = bhash[b]
+            lst = cached[h]
+            if len(lst) == 1:
+                del cached[h]
             else:
-                b, _ = free_hashed.popitem(last=False)
-                h = bhash[b]
-                lst = cached[h]
-                if len(lst) == 1:
-                    del cached[h]
-                else:
-                    lst.remove(b)
-                bhash[b] = None
-                evicted += 1
+                lst.remove(b)
+            bhash[b] = None
+            evicted += 1
             ref[b] = 1
             out.append(b)
 
