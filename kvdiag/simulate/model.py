@@ -88,7 +88,7 @@ class Setting:
         return asdict(self)
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """One request of the workload: ``arrival_s`` seconds after the start, ``prompt_tokens`` in total of which the
     first ``prefix_tokens`` are the shared prefix ``prefix_id`` (None: nothing shared), ``output_tokens`` the model

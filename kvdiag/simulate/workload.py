@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from ..errors import InputError
 from .model import Request, Setting, StepCost
 
-MAX_REQUESTS = 1_000_000     # default cap: a longer trace is refused (use --max-requests to raise it)
+MAX_REQUESTS = 200_000  # default cap (~120 MB, about a minute): a longer trace is refused; --max-requests raises it
 MAX_TOKENS_PER_REQUEST = 10_000_000
 MAX_ARRIVAL_S = 366 * 86400.0
 
@@ -91,8 +91,9 @@ def load_trace(path: str, max_requests: int = MAX_REQUESTS) -> tuple[list[Reques
         raise InputError(f"{path}: cannot read the trace ({exc.strerror or exc.__class__.__name__})") from None
     if p.is_dir():
         raise InputError(f"{path}: is a folder: expected a trace file (workload.json, .csv or .jsonl)")
-    # a row is at least ~8 bytes: refuse a file that cannot be under the cap before reading it whole
-    if size > max(64, max_requests) * 200:
+    # a trace row takes at most ~60 bytes (CSV/JSONL) and the lab's ~70: refuse a file that cannot be under the
+    # cap before reading it
+    if size > max(64, max_requests) * 96:
         raise InputError(f"{path}: {size:,} bytes is too large for {max_requests:,} requests: expected a window of "
                          "traffic (raise the cap with --max-requests)")
     try:
@@ -120,11 +121,18 @@ def _load_csv(path: str, f, cap: int) -> list[Request]:
                          "output_tokens (optional prefix_id, prefix_tokens, max_tokens)")
     out: list[Request] = []
     prev = 0.0
-    for i, d in enumerate(rd):
-        _check_count(path, i + 1, cap)
-        r = _row(f"{path}:{rd.line_num}", d, prev, i)
-        prev = r.arrival_s
-        out.append(r)
+    try:
+        for i, d in enumerate(rd):
+            _check_count(path, i + 1, cap)
+            if None in d or None in d.values():
+                raise InputError(f"{path}:{rd.line_num}: {len(rd.fieldnames)} columns expected "
+                                 f"({', '.join(rd.fieldnames)})")
+            r = _row(f"{path}:{rd.line_num}", d, prev, i)
+            prev = r.arrival_s
+            out.append(r)
+    except csv.Error as exc:
+        raise InputError(f"{path}:{rd.line_num}: {exc}: expected CSV rows of arrival_s, prompt_tokens, "
+                         "output_tokens") from None
     return out
 
 

@@ -1,0 +1,219 @@
+"""``kvdiag simulate``: the scheduler model against vLLM's own scheduler (the lab cases in fixtures/simulate/, run
+without the lab), hand-checkable behaviours of the model, the CLI's table and JSON schema, and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from kvdiag.simulate.model import Request, Setting, StepCost, simulate
+from kvdiag.simulate.workload import lab_ticks, load_lab_case
+
+from conftest import FIXTURES, run_kvdiag
+
+CASES = FIXTURES / "simulate"
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "kvdiag" / "simulate" / "simulate.schema.json").read_text())
+PRESSURE = FIXTURES / "series" / "vllm033_pressure"
+COST = StepCost(overhead_ms=4, weights_ms=45, compute_us_per_token=230, kv_read_ns_per_token=500)
+
+
+def case_names() -> list[str]:
+    return sorted(p.name for p in CASES.iterdir() if (p / "truth.json").is_file())
+
+
+def seed_of(case: Path) -> int:
+    doc = yaml.safe_load((case / "scenario.yaml").read_text())
+    return int(next(iter(doc.values()))["seed"])
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_model_meets_the_targets_against_vllms_scheduler(name):
+    """Same workload.json, setting and step-time constants (with the lab's jitter, its seed + 99) as the lab run:
+    preemptions within 10 % or ±2, mean usage and hit rate within 0.02 of what vLLM's scheduler did."""
+    case = CASES / name
+    c = load_lab_case(str(case))
+    t = c["truth"]
+    seed = seed_of(case)
+    cost = dataclasses.replace(c["step_cost"], jitter=t["step_cost_model"]["jitter"], seed=seed + 99)
+    r = simulate(c["requests"], c["setting"], cost, duration_s=c["duration_s"], start_s=c["start_s"],
+                 lab_ticks=lab_ticks(str(case), t, seed))
+    lp = t["totals"]["preemptions"]
+    assert abs(r.preemptions - lp) <= max(2, 0.1 * lp), (r.preemptions, lp)
+    assert abs(r.kv_cache_usage_mean - t["block_usage"]["mean_time_weighted"]) <= 0.02
+    assert abs(r.kv_cache_usage_peak - t["block_usage"]["peak"]) <= 0.02
+    lh = t["totals"]["prefix_cache_hit_rate"]
+    if lh is None:
+        assert r.prefix_cache_hit_rate is None
+    else:
+        assert abs(r.prefix_cache_hit_rate - lh) <= 0.02
+    # the replay is step for step: same number of engine steps within a few (arrivals are rounded to 1 ms)
+    assert abs(r.engine_steps - t["totals"]["engine_steps"]) <= 3
+
+
+@pytest.mark.parametrize("name", ["ramp_000", "evict_load_011", "closed_over_004"])
+def test_fast_forward_changes_nothing(name):
+    c = load_lab_case(str(CASES / name))
+    kw = dict(duration_s=c["duration_s"], start_s=c["start_s"])
+    fast = simulate(c["requests"], c["setting"], c["step_cost"], **kw).to_dict()
+    slow = simulate(c["requests"], c["setting"], c["step_cost"], fast_forward=False, **kw).to_dict()
+    assert fast == slow
+
+
+def test_shared_prefix_hits_full_blocks_only_and_never_the_last_token():
+    # prompt 64 tokens, all of them the shared prefix, block size 16: the second request can hit at most
+    # (64 - 1) // 16 = 3 blocks = 48 tokens (vLLM recomputes the last token); queries count whole prompts
+    reqs = [Request(0.0, 64, 4, prefix_id=7, prefix_tokens=64), Request(5.0, 64, 4, prefix_id=7, prefix_tokens=64)]
+    r = simulate(reqs, Setting(num_gpu_blocks=100, block_size=16), COST)
+    assert (r.prefix_cache_queries_tokens, r.prefix_cache_hits_tokens) == (128, 48)
+    # a 70-token prefix: the block holding tokens 64-79 mixes prefix and own tokens: 4 blocks shared
+    reqs = [Request(0.0, 90, 4, prefix_id=1, prefix_tokens=70), Request(5.0, 90, 4, prefix_id=1, prefix_tokens=70)]
+    r = simulate(reqs, Setting(num_gpu_blocks=100, block_size=16), COST)
+    assert r.prefix_cache_hits_tokens == 64
+    off = simulate(reqs, Setting(num_gpu_blocks=100, block_size=16, enable_prefix_caching=False), COST)
+    assert off.prefix_cache_hit_rate is None and off.prefix_cache_hits_tokens == 0
+
+
+def test_lru_evicts_the_oldest_freed_prefix_first():
+    # pool of 9 usable blocks of 16; prefixes A and B (4 blocks each) used once, then a 6-block request evicts
+    # the oldest hashed free blocks: A's tail first (freed in reverse) ... then A again hits less than B does
+    S = Setting(num_gpu_blocks=10, block_size=16)
+    reqs = [Request(0.0, 64 + 8, 1, prefix_id=1, prefix_tokens=64), Request(1.0, 64 + 8, 1, prefix_id=2, prefix_tokens=64),
+            Request(2.0, 16 * 4, 1), Request(3.0, 64 + 8, 1, prefix_id=2, prefix_tokens=64),
+            Request(4.0, 64 + 8, 1, prefix_id=1, prefix_tokens=64)]
+    r = simulate(reqs, S, COST)
+    # request 3 (B) hits all 4 prefix blocks; request 4 (A) lost blocks to the 4-block request: fewer hits
+    assert r.prefix_cache_blocks_evicted > 0
+    b_only = simulate(reqs[:4], S, COST)
+    assert b_only.prefix_cache_hits_tokens == 64  # B's 4 blocks survived (A's were older in the LRU)
+    assert r.prefix_cache_hits_tokens - b_only.prefix_cache_hits_tokens < 64
+
+
+def test_pool_too_small_preempts_the_last_running_request_and_more_blocks_do_not():
+    # two requests of 16 + 40 tokens need 4 blocks each at the end; 4 usable blocks cannot hold both
+    reqs = [Request(0.0, 16, 40), Request(0.01, 16, 40)]
+    small = simulate(reqs, Setting(num_gpu_blocks=5, block_size=16), COST)
+    big = simulate(reqs, Setting(num_gpu_blocks=9, block_size=16), COST)
+    assert small.preemptions >= 1 and small.requests_finished == 2 and small.kv_cache_usage_peak == 1.0
+    assert big.preemptions == 0 and big.requests_finished == 2
+    # the one that was preempted is the later one: it waited again, so its queue time is the only positive one
+    assert small.queue_time_max_s == pytest.approx(small.queue_time_p50_s) or small.num_requests_waiting_max >= 1
+
+
+def test_max_num_seqs_caps_running_and_queues_the_rest():
+    reqs = [Request(0.0, 100, 50) for _ in range(10)]
+    r = simulate(reqs, Setting(num_gpu_blocks=1000, max_num_seqs=4), COST)
+    assert r.num_requests_running_max == 4 and r.num_requests_waiting_max == 6 and r.requests_finished == 10
+
+
+def test_a_request_that_can_never_fit_is_reported_not_looped_on():
+    reqs = [Request(0.0, 16 * 20, 5)]
+    r = simulate(reqs, Setting(num_gpu_blocks=10, block_size=16), COST)
+    assert r.requests_never_fit == 1 and r.requests_finished == 0 and r.engine_steps < 5
+
+
+# ------------------------------------------------------------------------------------------------- the CLI
+
+
+def test_cli_json_follows_the_schema_and_recommends_a_setting_without_preemptions():
+    res = run_kvdiag("simulate", "--lab-case", str(PRESSURE), "--max-num-seqs", "12,256", "--format", "json")
+    assert res.code == 0, res.err
+    doc = res.json()
+    jsonschema.validate(doc, SCHEMA)
+    rows = {r["setting"]["max_num_seqs"]: r for r in doc["settings"]}
+    truth = json.loads((PRESSURE / "truth.json").read_text())
+    assert rows[256]["baseline"] and abs(rows[256]["preemptions"] - truth["totals"]["preemptions"]) <= 2
+    assert rows[12]["preemptions"] == 0 and rows[12]["recommended"] and doc["recommended"]["max_num_seqs"] == 12
+
+
+def test_cli_text_and_markdown_tables():
+    res = run_kvdiag("simulate", "--lab-case", str(PRESSURE), "--num-gpu-blocks", "3510,7020")
+    assert res.code == 0, res.err
+    assert "num_gpu_blocks=7020" in res.out and "simulated" in res.out and "* recommended" in res.out
+    assert "230 us x scheduled tokens" in res.out  # the step-time constants, not redacted
+    md = run_kvdiag("simulate", "--lab-case", str(PRESSURE), "--block-size", "16,32", "--format", "markdown")
+    # another block size at the same KV memory: (3510 - 1) x 16 / 32 + 1 blocks
+    assert md.code == 0 and "| num_gpu_blocks=1755 block_size=32 |" in md.out
+
+
+def test_cli_trace_csv_with_kv_cache_memory(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+                     + "".join(f"{i * 0.5},{600},{100},{i % 2},{512}\n" for i in range(40)))
+    cfg = FIXTURES / "capacity" / "configs" / "qwen3-14b.json"
+    res = run_kvdiag("simulate", "--trace", str(trace), "--kv-cache-memory", "0.5,2", "--model-config", str(cfg),
+                     "--step-cost", "overhead_ms=4,weights_ms=45,compute_us_per_token=230,kv_read_ns_per_token=500",
+                     "--format", "json")
+    assert res.code == 0, res.err
+    doc = res.json()
+    jsonschema.validate(doc, SCHEMA)
+    small, big = doc["settings"]
+    assert big["setting"]["num_gpu_blocks"] > 3.9 * small["setting"]["num_gpu_blocks"]
+    assert big["prefix_cache_hit_rate"] > 0.5 and big["requests_finished"] == 40 and doc["duration_s"] is None
+
+
+# ------------------------------------------------------------------------------------------------- bad input
+
+STEP = "overhead_ms=4,weights_ms=45,compute_us_per_token=230,kv_read_ns_per_token=500"
+
+
+@pytest.mark.parametrize("body, expect", [
+    ("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,-5,10\n", "t.csv:3: prompt_tokens is '-5'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,1e12,10\n", "t.csv:3: prompt_tokens is '1e12'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,100,nan\n", "t.csv:3: output_tokens is 'nan'"),
+    ("arrival_s,prompt_tokens,output_tokens\n5,100,10\n1,100,10\n", "t.csv:3: arrival_s 1 is before"),
+    ("arrival_s,prompt_tokens,output_tokens\n-1,100,10\n", "t.csv:2: arrival_s is '-1'"),
+    ("arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,10,1,200\n", "prefix_tokens 200 is more"),
+    ("when,prompt\n0,100\n", "t.csv:1: header"),
+])
+def test_bad_trace_rows_get_one_clear_line(tmp_path, body, expect):
+    (tmp_path / "t.csv").write_text(body)
+    res = run_kvdiag("simulate", "--trace", str(tmp_path / "t.csv"), "--num-gpu-blocks", "100", "--step-cost", STEP)
+    assert res.code == 3 and expect in res.err, res.err
+    assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
+
+
+def test_bad_jsonl_and_options(tmp_path):
+    (tmp_path / "t.jsonl").write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5}\n{"arrival_s": 1,\n')
+    res = run_kvdiag("simulate", "--trace", str(tmp_path / "t.jsonl"), "--num-gpu-blocks", "100", "--step-cost", STEP)
+    assert res.code == 3 and "t.jsonl:2: invalid JSON" in res.err
+    (tmp_path / "ok.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n")
+    for args, expect in [(["--num-gpu-blocks", "100"], "missing overhead_ms"),
+                         (["--num-gpu-blocks", "1", "--step-cost", STEP], "expected integers from 2"),
+                         (["--num-gpu-blocks", "100", "--step-cost", STEP + ",jitter=5"], "jitter=5"),
+                         (["--num-gpu-blocks", "100", "--step-cost", STEP, "--max-num-seqs", "1,2,3,4,5,6,7,8,9",
+                           "--block-size", "16,32,64,128", "--max-num-batched-tokens", "512,2048"], "at most 64"),
+                         (["--num-gpu-blocks", "100", "--step-cost", STEP, "--max-model-len", "50"], "not below max_model_len")]:
+        res = run_kvdiag("simulate", "--trace", str(tmp_path / "ok.csv"), *args)
+        assert res.code == 3 and expect in res.err, (args, res.err)
+        assert len(res.err.strip().splitlines()) == 1
+
+
+def test_ten_million_requests_are_refused_in_bounded_time(tmp_path):
+    """10**7 rows: refused before reading (size) or at the cap, in a second, with one line."""
+    big = tmp_path / "huge.csv"
+    with open(big, "wb") as f:  # a sparse file of 10**7 x 20 bytes: no disk, no time
+        f.write(b"arrival_s,prompt_tokens,output_tokens\n")
+        f.truncate(10**7 * 16)  # '12345.678,1234,56' and a newline: 18 bytes a row
+    t0 = time.monotonic()
+    res = run_kvdiag("simulate", "--trace", str(big), "--num-gpu-blocks", "100", "--step-cost", STEP)
+    assert res.code == 3 and "too large for 200,000 requests" in res.err and time.monotonic() - t0 < 30
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"arrival_s": i, "prompt_tokens": 10, "output_tokens": 2}) + "\n"
+                            for i in range(1001)))
+    res = run_kvdiag("simulate", "--trace", str(rows), "--num-gpu-blocks", "100", "--step-cost", STEP,
+                     "--max-requests", "1000")
+    assert res.code == 3 and "more than 1,000 requests" in res.err
+
+
+def test_step_cap_bounds_a_run(tmp_path):
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,100,100000\n")
+    res = run_kvdiag("simulate", "--trace", str(tmp_path / "t.csv"), "--num-gpu-blocks", "10000",
+                     "--step-cost", STEP, "--max-steps", "500", "--max-model-len", "200000")
+    assert res.code == 3 and "more than 500 engine steps" in res.err and len(res.err.strip().splitlines()) == 1
