@@ -160,6 +160,43 @@ def render(rows: list[dict], lab: str, jitter: bool, rows_nj: list[dict] | None 
     return "\n".join(out)
 
 
+REMEDY_TABLE = ROOT / "benchmarks" / "simulate" / "remedy_pressure.yaml"
+PRESSURE = ROOT / "fixtures" / "series" / "vllm033_pressure"
+QWEN = ROOT / "fixtures" / "simulate" / "qwen2.5-7b-instruct.config.json"
+REMEDY_ARGS = ["--kv-cache-memory", "3,4.5,6", "--model-config", str(QWEN), "--max-num-seqs", "12,14,16,256"]
+
+
+def remedy_section(lab: Path) -> str:
+    """The shared pressure series: kvdiag simulate's table, then the lab run with each checked setting."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "kvdiag", "simulate", "--lab-case", str(PRESSURE.relative_to(ROOT)), *REMEDY_ARGS,
+           "--format", "markdown"]
+    md = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    md = md.replace("## Simulated settings", "### Simulated settings")
+    seeds = seeds_of(REMEDY_TABLE)
+    lines = ["", "## The pressure series (`fixtures/series/vllm033_pressure`, shared `example_pressure`): remedies", "",
+             "`python -m kvdiag simulate --lab-case fixtures/series/vllm033_pressure " + " ".join(
+                 a if not a.startswith(str(ROOT)) else str(Path(a).relative_to(ROOT)) for a in REMEDY_ARGS) + "`", "",
+             md, "### The lab run with those settings (vLLM's scheduler)", "",
+             "Each setting below was then run in the lab (`benchmarks/simulate/remedy_pressure.yaml`, the shared "
+             "`example_pressure` entry with the setting changed) and compared with the model (with the lab's jitter "
+             "seed) on the same workload:", "",
+             "| lab run | num_gpu_blocks | max_num_seqs | preemptions lab / sim | usage peak lab / sim | "
+             "usage mean lab / sim | waiting peak lab |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name in seeds:
+        folder = lab / name
+        if not (folder / "truth.json").is_file():
+            continue
+        row = compare_case(folder, seeds[name])
+        t = json.loads((folder / "truth.json").read_text())
+        lines.append(f"| {name} | {t['num_gpu_blocks']} | {t['deployment']['max_num_seqs']} | {row['lab_preemptions']} / "
+                     f"{row['sim_preemptions']} | {fmt(row['lab_usage_peak'])} / {fmt(row['sim_usage_peak'])} | "
+                     f"{fmt(row['lab_usage_mean'])} / {fmt(row['sim_usage_mean'])} | {t['peaks']['waiting']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lab", required=True, help="folder of lab case folders (forkrun --out)")
@@ -167,6 +204,8 @@ def main() -> int:
     ap.add_argument("--doc", default=str(DOC))
     ap.add_argument("--no-jitter", action="store_true")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--remedy-lab", default=None, help="lab runs of benchmarks/simulate/remedy_pressure.yaml: adds "
+                    "the pressure series' remedy table and its check against the lab")
     a = ap.parse_args()
     seeds = seeds_of(Path(a.table))
     rows = []
@@ -186,7 +225,10 @@ def main() -> int:
     if not rows:
         print("no lab runs found", file=sys.stderr)
         return 1
-    Path(a.doc).write_text(render(rows, a.lab, not a.no_jitter, rows_nj or None))
+    text = render(rows, a.lab, not a.no_jitter, rows_nj or None)
+    if a.remedy_lab:
+        text += remedy_section(Path(a.remedy_lab))
+    Path(a.doc).write_text(text)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
     n = len(rows)

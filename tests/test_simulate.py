@@ -217,3 +217,26 @@ def test_step_cap_bounds_a_run(tmp_path):
     res = run_kvdiag("simulate", "--trace", str(tmp_path / "t.csv"), "--num-gpu-blocks", "10000",
                      "--step-cost", STEP, "--max-steps", "500", "--max-model-len", "200000")
     assert res.code == 3 and "more than 500 engine steps" in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_the_recommended_remedy_for_the_pressure_series_removes_the_preemptions_in_vllms_scheduler():
+    """kvdiag simulate's recommended setting for the shared pressure series, run in the lab (fixtures/simulate/
+    remedy/): vLLM's scheduler had 0 preemptions there (16 as the series ran), as simulated."""
+    res = run_kvdiag("simulate", "--lab-case", str(PRESSURE), "--kv-cache-memory", "3,4.5,6", "--model-config",
+                     str(CASES / "qwen2.5-7b-instruct.config.json"), "--max-num-seqs", "12,14,16,256", "--format", "json")
+    assert res.code == 0, res.err
+    doc = res.json()
+    rec = doc["recommended"]
+    labs = {}
+    for d in (CASES / "remedy").iterdir():
+        t = json.loads((d / "truth.json").read_text())
+        labs[(t["num_gpu_blocks"], t["deployment"]["max_num_seqs"])] = t
+    truth = labs[(rec["num_gpu_blocks"], rec["max_num_seqs"])]  # the recommended setting was run in the lab
+    assert truth["totals"]["preemptions"] == 0
+    assert json.loads((PRESSURE / "truth.json").read_text())["totals"]["preemptions"] > 0
+    # and every lab-run setting of the table: simulated preemptions as vLLM's scheduler counted them
+    for row in doc["settings"]:
+        t = labs.get((row["setting"]["num_gpu_blocks"], row["setting"]["max_num_seqs"]))
+        if t is not None:
+            assert abs(row["preemptions"] - t["totals"]["preemptions"]) <= 2
+            assert abs(row["kv_cache_usage_peak"] - t["block_usage"]["peak"]) <= 0.02
