@@ -240,3 +240,23 @@ def test_the_recommended_remedy_for_the_pressure_series_removes_the_preemptions_
         if t is not None:
             assert abs(row["preemptions"] - t["totals"]["preemptions"]) <= 2
             assert abs(row["kv_cache_usage_peak"] - t["block_usage"]["peak"]) <= 0.02
+
+
+def test_analyze_remedies_cite_simulated_outcomes_with_a_trace():
+    step = "overhead_ms=4,weights_ms=45,compute_us_per_token=230,kv_read_ns_per_token=500"
+    res = run_kvdiag("analyze", "--metrics-file", str(PRESSURE / "metrics" / "0059.prom"), "--log",
+                     str(PRESSURE / "vllm.log"), "--trace", str(PRESSURE / "workload.json"), "--step-cost", step,
+                     "--format", "json")
+    assert res.code == 2, res.err
+    doc = res.json()
+    cap = next(f for f in doc["findings"] if f["rule_id"] == "CAP001")
+    sim = [r for r in cap["remedy"] if r.startswith("Simulated (")]
+    assert len(sim) == 1 and "not measured" in sim[0] and "max_num_seqs 15:" in sim[0]
+    assert "as run (3510 blocks x 16, max_num_seqs 256)" in sim[0]
+    # the same numbers as 'kvdiag simulate' on that trace and setting
+    direct = run_kvdiag("simulate", "--trace", str(PRESSURE / "workload.json"), "--num-gpu-blocks", "3510",
+                        "--max-num-seqs", "15", "--step-cost", step, "--format", "json").json()["settings"][0]
+    assert f"max_num_seqs 15: {direct['preemptions']} preemption" in sim[0]
+    assert any("assumed" in n or "defaults the inputs did not give" in n for n in doc["notes"])
+    bad = run_kvdiag("analyze", "--log", str(PRESSURE / "vllm.log"), "--trace", str(PRESSURE / "workload.json"))
+    assert bad.code == 3 and "--trace and --step-cost go together" in bad.err
