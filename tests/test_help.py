@@ -18,6 +18,7 @@ COMMANDS = {  # command path → the exit codes its help must list
     ("check",): {"0", "1", "2", "3", "130"},
     ("record",): {"0", "3", "130"},
     ("estimate",): {"0", "3"},
+    ("simulate",): {"0", "3"},
     ("rules",): {"0", "1", "3"},
     ("rules", "list"): {"0", "3"},
     ("rules", "explain"): {"0", "3"},

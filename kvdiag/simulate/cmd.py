@@ -19,6 +19,12 @@ from ..redaction import redact
 from .model import Setting, SimulationLimit, StepCost, simulate
 from .workload import MAX_REQUESTS, load_lab_case, load_trace, summarize
 
+def _kv_dtypes() -> click.Choice:
+    from .. import capacity as cap
+
+    return click.Choice(list(cap.KV_CACHE_DTYPES), case_sensitive=False)
+
+
 MAX_SETTINGS = 64
 MAX_BLOCKS = 1 << 26
 STEP_COST_KEYS = ("overhead_ms", "weights_ms", "compute_us_per_token", "kv_read_ns_per_token", "jitter", "seed")
@@ -226,17 +232,21 @@ def render(doc: dict, fmt: str) -> str:
                    "step-time constants and the run length (each overridable).")
 @click.option("--num-gpu-blocks", default=None, metavar="N[,N...]", help="KV pool size in blocks (vLLM's "
               "num_gpu_blocks, null block included); several: one row each.")
-@click.option("--kv-cache-memory", default=None, metavar="GIB[,GIB...]",
-              help="KV pool as GiB of memory (needs --model-config): blocks = GiB / (block_size x KV bytes/token).")
+@click.option("--kv-cache-memory", default=None, metavar="GiB",
+              help="KV pool as GiB of memory, comma list allowed (needs --model-config): blocks = GiB / (block_size x KV bytes/token).")
 @click.option("--model-config", default=None, type=click.Path(dir_okay=False), metavar="FILE",
               help="HF config.json (for --kv-cache-memory).")
-@click.option("--kv-cache-dtype", default="auto", show_default=True, metavar="DTYPE", help="With --kv-cache-memory.")
-@click.option("--block-size", default=None, metavar="N[,N...]", help="Tokens per block (default 16 or the lab case's).")
-@click.option("--max-num-seqs", default=None, metavar="N[,N...]", help="Default 256 or the lab case's.")
-@click.option("--max-num-batched-tokens", default=None, metavar="N[,N...]", help="Default 2048 or the lab case's.")
+@click.option("--kv-cache-dtype", default="auto", show_default=True, type=_kv_dtypes(),
+              help="vLLM --kv-cache-dtype, with --kv-cache-memory (auto = model dtype).")
+@click.option("--block-size", default=None, metavar="TOKENS", help="Tokens per block, comma list allowed (default 16 "
+              "or the lab case's).")
+@click.option("--max-num-seqs", default=None, metavar="N[,N...]", help="Comma list allowed (default 256 or the lab "
+              "case's).")
+@click.option("--max-num-batched-tokens", default=None, metavar="TOKENS", help="Comma list allowed (default 2048 or "
+              "the lab case's).")
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
               help="Default on (vLLM V1) or the lab case's.")
-@click.option("--max-model-len", default=None, type=click.IntRange(16, 1 << 24), metavar="N",
+@click.option("--max-model-len", default=None, type=click.IntRange(16, 1 << 24), metavar="TOKENS",
               help="Default 32768 or the lab case's.")
 @click.option("--step-cost", default=None, metavar="K=V,...",
               help="Step time: overhead_ms, weights_ms, compute_us_per_token, kv_read_ns_per_token [, jitter, seed] "
