@@ -260,3 +260,30 @@ def test_analyze_remedies_cite_simulated_outcomes_with_a_trace():
     assert any("assumed" in n or "defaults the inputs did not give" in n for n in doc["notes"])
     bad = run_kvdiag("analyze", "--log", str(PRESSURE / "vllm.log"), "--trace", str(PRESSURE / "workload.json"))
     assert bad.code == 3 and "--trace and --step-cost go together" in bad.err
+
+
+def test_from_metrics_synthesis_reproduces_the_series():
+    """The workload synthesised from the pages alone (arrivals per scrape, length histograms, hit rate), with the
+    series' step-time constants, gives the series' usage and hit rate (quiet) and its preemptions (pressure)."""
+    quiet = FIXTURES / "series" / "vllm033_quiet"
+    t = json.loads((quiet / "truth.json").read_text())
+    res = run_kvdiag("simulate", "--from-metrics", str(quiet), "--step-cost",
+                     "overhead_ms=3,weights_ms=10,compute_us_per_token=84,kv_read_ns_per_token=80", "--format", "json")
+    assert res.code == 0, res.err
+    doc = res.json()
+    jsonschema.validate(doc, SCHEMA)
+    row = doc["settings"][0]
+    assert row["setting"]["num_gpu_blocks"] == t["num_gpu_blocks"] and row["preemptions"] == 0
+    assert abs(row["kv_cache_usage_mean"] - t["block_usage"]["mean_time_weighted"]) <= 0.02
+    assert abs(row["prefix_cache_hit_rate"] - t["totals"]["prefix_cache_hit_rate"]) <= 0.02
+    assert abs(doc["workload"]["requests"] - t["totals"]["requests_arrived"]) <= 0.05 * t["totals"]["requests_arrived"]
+    tp = json.loads((PRESSURE / "truth.json").read_text())
+    res = run_kvdiag("simulate", "--from-metrics", str(PRESSURE), "--step-cost", STEP, "--format", "json")
+    row = res.json()["settings"][0]
+    assert abs(row["preemptions"] - tp["totals"]["preemptions"]) <= 0.3 * tp["totals"]["preemptions"]
+    assert abs(row["kv_cache_usage_mean"] - tp["block_usage"]["mean_time_weighted"]) <= 0.03
+
+
+def test_from_metrics_bad_folder(tmp_path):
+    res = run_kvdiag("simulate", "--from-metrics", str(tmp_path), "--step-cost", STEP)
+    assert res.code == 3 and "expected saved /metrics pages" in res.err and len(res.err.strip().splitlines()) == 1

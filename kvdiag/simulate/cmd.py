@@ -230,6 +230,9 @@ def render(doc: dict, fmt: str) -> str:
 @click.option("--lab-case", "lab_case", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="A twin-lab case folder: its workload.json and, from truth.json, the setting it ran with, the "
                    "step-time constants and the run length (each overridable).")
+@click.option("--from-metrics", "from_metrics", default=None, type=click.Path(file_okay=False), metavar="DIR",
+              help="Synthesise the workload from saved /metrics pages (DIR/metrics/NNNN.prom + times.csv): arrival "
+                   "rate per scrape, length histograms, prefix hit rate (kvdiag/simulate/synth.py).")
 @click.option("--num-gpu-blocks", default=None, metavar="N[,N...]", help="KV pool size in blocks (vLLM's "
               "num_gpu_blocks, null block included); several: one row each.")
 @click.option("--kv-cache-memory", default=None, metavar="GiB",
@@ -261,14 +264,14 @@ def render(doc: dict, fmt: str) -> str:
 @click.option("--output", default=None, type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write the table here instead of standard output.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def simulate_cmd(trace, lab_case, num_gpu_blocks, kv_cache_memory, model_config, kv_cache_dtype, block_size,
+def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory, model_config, kv_cache_dtype, block_size,
                  max_num_seqs, max_num_batched_tokens, prefix_caching, max_model_len, step_cost, duration,
                  max_requests, max_steps, fmt, output, debug) -> None:
     """What-if: replay a workload under other settings (pool, block size, max_num_seqs, ...) with a model of vLLM
     V1's scheduler and block pool; one row per setting: preemptions, KV usage, waiting queue, queue time,
     prefix-cache hit rate. All numbers are simulated."""
-    if (trace is None) == (lab_case is None):
-        raise click.UsageError("give exactly one of --trace FILE or --lab-case DIR")
+    if sum(x is not None for x in (trace, lab_case, from_metrics)) != 1:
+        raise click.UsageError("give exactly one of --trace FILE, --lab-case DIR or --from-metrics DIR")
     base: Setting | None = None
     base_cost = None
     start_s = 0.0
@@ -281,11 +284,24 @@ def simulate_cmd(trace, lab_case, num_gpu_blocks, kv_cache_memory, model_config,
             raise InputError(f"{lab_case}/workload.json: more than {max_requests:,} requests: expected at most "
                              f"{max_requests:,} (raise the cap with --max-requests)")
         source = {"kind": "lab-case", "path": str(lab_case), "mode": case["mode"]}
+    elif from_metrics:
+        from .synth import synthesize
+
+        syn = synthesize(from_metrics)
+        reqs, dur = syn["requests"], syn["duration_s"]
+        if len(reqs) > max_requests:
+            raise InputError(f"{from_metrics}: {len(reqs):,} requests synthesised: expected at most {max_requests:,} "
+                             "(raise the cap with --max-requests)")
+        f = syn["facts"]
+        if "num_gpu_blocks" in f:
+            base = Setting(num_gpu_blocks=f["num_gpu_blocks"], block_size=f.get("block_size", 16),
+                           enable_prefix_caching=f.get("enable_prefix_caching", True))
+        source = {"kind": "from-metrics", "path": str(from_metrics), "about": syn["about"]}
     else:
         reqs, meta = load_trace(trace, max_requests)
         source = {"kind": "trace", "path": str(trace), "format": meta["format"], "mode": meta.get("mode", "open")}
     if not reqs:
-        raise InputError(f"{trace or lab_case}: no requests: expected at least one")
+        raise InputError(f"{trace or lab_case or from_metrics}: no requests: expected at least one")
     cost = parse_step_cost(step_cost, base_cost)
     if duration is not None:
         try:
@@ -334,7 +350,7 @@ def simulate_cmd(trace, lab_case, num_gpu_blocks, kv_cache_memory, model_config,
     too_long = [r for r in reqs if r.prompt_tokens >= mml]
     if too_long:
         r = too_long[0]
-        raise InputError(f"{trace or lab_case}: request {r.id}: prompt_tokens {r.prompt_tokens:,} is not below "
+        raise InputError(f"{trace or lab_case or from_metrics}: request {r.id}: prompt_tokens {r.prompt_tokens:,} is not below "
                          f"max_model_len {mml:,}: vLLM rejects it (expected prompts shorter than --max-model-len)")
     runs = []
     for s in settings:
