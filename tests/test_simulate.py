@@ -287,3 +287,17 @@ def test_from_metrics_synthesis_reproduces_the_series():
 def test_from_metrics_bad_folder(tmp_path):
     res = run_kvdiag("simulate", "--from-metrics", str(tmp_path), "--step-cost", STEP)
     assert res.code == 3 and "expected saved /metrics pages" in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_from_metrics_fits_the_step_time_when_none_is_given():
+    tp = json.loads((PRESSURE / "truth.json").read_text())
+    res = run_kvdiag("simulate", "--from-metrics", str(PRESSURE))
+    assert res.code == 0, res.err
+    assert "step time fitted on" in res.out and "synthesised from 60 pages" in res.out
+    doc = run_kvdiag("simulate", "--from-metrics", str(PRESSURE), "--format", "json").json()
+    jsonschema.validate(doc, SCHEMA)
+    c = doc["step_cost"]  # the lab ran 4 ms + max(45 ms, 230 us x tokens) + 500 ns x context
+    assert 40 <= c["overhead_ms"] + c["weights_ms"] <= 60 and 100 <= c["compute_us_per_token"] <= 300
+    assert 300 <= c["kv_read_ns_per_token"] <= 700
+    row = doc["settings"][0]
+    assert abs(row["preemptions"] - tp["totals"]["preemptions"]) <= 0.3 * tp["totals"]["preemptions"]

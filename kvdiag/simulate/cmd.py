@@ -191,7 +191,11 @@ def render_text(doc: dict) -> str:
     lines = [f"kvdiag simulate: {doc['workload']['requests']} requests ({doc['source']['kind']} {doc['source']['path']}), "
              f"{span}",
              "fixed: " + ", ".join(f"{k}={v}" for k, v in (runs[0]["setting"] if runs else {}).items() if k not in varied),
-             _cost_line(doc["step_cost"]), ""]
+             _cost_line(doc["step_cost"])]
+    for key in ("about", "step_cost"):
+        if doc["source"].get(key):
+            lines.append(doc["source"][key])
+    lines.append("")
     lines.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths))))
     for row in rows:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
@@ -209,6 +213,7 @@ def render_markdown(doc: dict) -> str:
     varied = [k for k in (runs[0]["setting"] if runs else {}) if len({json.dumps(r["setting"][k]) for r in runs}) > 1]
     out = [f"## Simulated settings ({doc['workload']['requests']} requests, {doc['source']['kind']})", "",
            _cost_line(doc["step_cost"]) + ".", "",
+           *[doc["source"][k] + "." for k in ("about", "step_cost") if doc["source"].get(k)], "",
            "| setting | " + " | ".join(h for _, h, _ in _COLS) + " |", "| --- |" + " --- |" * len(_COLS)]
     for r in runs:
         mark = (" **(recommended)**" if r["recommended"] else "") + (" (as run)" if r["baseline"] else "")
@@ -253,7 +258,7 @@ def render(doc: dict, fmt: str) -> str:
               help="Default 32768 or the lab case's.")
 @click.option("--step-cost", default=None, metavar="K=V,...",
               help="Step time: overhead_ms, weights_ms, compute_us_per_token, kv_read_ns_per_token [, jitter, seed] "
-                   "(the lab's formula; required unless --lab-case gives them).")
+                   "(the lab's formula; required unless --lab-case gives them; --from-metrics fits them).")
 @click.option("--duration", default=None, metavar="DURATION", help="Simulate this long from the first arrival's "
               "origin (e.g. 15m; default: the lab case's run length, or until every request is done).")
 @click.option("--max-requests", default=MAX_REQUESTS, show_default=True, type=click.IntRange(1, 10**8),
@@ -302,6 +307,11 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
         source = {"kind": "trace", "path": str(trace), "format": meta["format"], "mode": meta.get("mode", "open")}
     if not reqs:
         raise InputError(f"{trace or lab_case or from_metrics}: no requests: expected at least one")
+    if from_metrics and not step_cost:  # fitted from the pages' step counts and token counts (synth.py)
+        from .synth import fit_step_cost
+
+        base_cost, fitted = fit_step_cost(from_metrics)
+        source["step_cost"] = fitted
     cost = parse_step_cost(step_cost, base_cost)
     if duration is not None:
         try:
