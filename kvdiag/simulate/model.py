@@ -105,7 +105,7 @@ class Request:
 
 class _Req:
     __slots__ = ("idx", "arrival", "prompt", "target", "pid", "plen", "n_out", "computed", "blocks", "n_cached",
-                 "preempts", "submitted", "scheduled", "finished_at", "running")
+                 "preempts", "submitted", "scheduled", "finished_at", "running", "pfull", "kp", "ku")
 
     def __init__(self, idx: int, r: Request, max_model_len: int) -> None:
         self.idx = idx
@@ -225,13 +225,20 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
     bhash: list = [None] * nb
     free_plain: list[int] = list(range(nb - 1, 0, -1))  # pop() -> 1, 2, 3 ... (block 0 is the null block)
     free_hashed: OrderedDict[int, None] = OrderedDict()
-    cached: dict = {}  # hash -> [block ids], first inserted first (BlockHashToBlockMap.get_one_block)
+    # hash -> block id, or [block ids] when several blocks hold it (first inserted first, as
+    # BlockHashToBlockMap.get_one_block). Hashes are ints: block j of shared prefix p is -((p + 1) << 32) - j (the same
+    # in every request), block j of request i's own tokens (i + 1) << 32 + j.
+    cached: dict = {}
     evicted = 0
 
-    def key(r: _Req, j: int):
-        if r.pid is not None and (j + 1) * bs <= r.plen:
-            return (r.pid, j)
-        return (-1 - r.idx, j)
+    def key(r: _Req, j: int) -> int:
+        return r.kp - j if j < r.pfull else r.ku + j
+
+    def lookup(h: int):
+        v = cached.get(h)
+        if v is None or v.__class__ is int:
+            return v
+        return v[0]
 
     def pop_blocks(n: int, out: list[int]) -> None:
         nonlocal evicted
@@ -246,11 +253,13 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
         for _ in range(n - k):
             b, _ = free_hashed.popitem(last=False)
             h = bhash[b]
-            lst = cached[h]
-            if len(lst) == 1:
+            v = cached[h]
+            if v.__class__ is int:
                 del cached[h]
             else:
-                lst.remove(b)
+                v.remove(b)
+                if len(v) == 1:
+                    cached[h] = v[0]
             bhash[b] = None
             evicted += 1
             ref[b] = 1
@@ -273,21 +282,31 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
 
     def cache_upto(r: _Req, ntok: int) -> None:
         n_full = ntok // bs
+        j0 = r.n_cached
+        if n_full <= j0:
+            return
         blocks = r.blocks
-        for j in range(r.n_cached, n_full):
-            b = blocks[j]
-            h = key(r, j)
-            bhash[b] = h
-            lst = cached.get(h)
-            if lst is None:
-                cached[h] = [b]
-            else:
-                lst.append(b)
-        if n_full > r.n_cached:
-            r.n_cached = n_full
+        cut = r.pfull if r.pfull < n_full else n_full
+        for base, lo, hi, sign in ((r.kp, j0, cut, -1), (r.ku, cut if cut > j0 else j0, n_full, 1)):
+            for j in range(lo, hi):
+                b = blocks[j]
+                h = base + sign * j
+                bhash[b] = h
+                v = cached.get(h)
+                if v is None:
+                    cached[h] = b
+                elif v.__class__ is int:
+                    cached[h] = [v, b]
+                else:
+                    v.append(b)
+        r.n_cached = n_full
 
     reqs = [_Req(i, r, mml) for i, r in enumerate(requests)]
     n_req = len(reqs)
+    for r in reqs:
+        r.pfull = r.plen // bs if r.pid is not None else 0
+        r.kp = -((r.pid + 1) << 32) if r.pid is not None else 0
+        r.ku = (r.idx + 1) << 32
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     now = float(start_s)
@@ -321,10 +340,10 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
         if caching:
             lim = (ntok - 1) // bs
             while nh < lim:
-                lst = cached.get(key(r, nh))
-                if lst is None:
+                b = lookup(key(r, nh))
+                if b is None:
                     break
-                if ref[lst[0]] == 0:
+                if ref[b] == 0:
                     evictable += 1
                 nh += 1
         nfree = len(free_plain) + len(free_hashed)
@@ -495,10 +514,10 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
                         lim = (ntok - 1) // bs
                         j = 0
                         while j < lim:
-                            lst = cached.get(key(r, j))
-                            if lst is None:
+                            b = lookup(key(r, j))
+                            if b is None:
                                 break
-                            hits.append(lst[0])
+                            hits.append(b)
                             j += 1
                     nh = len(hits)
                     evictable = 0
