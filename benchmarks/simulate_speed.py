@@ -7,7 +7,9 @@ Runs ``--n`` scenarios of benchmarks/simulate/validation.yaml (spread over the t
 ``benchmarks/lab/forkrun.py`` (one worker: vLLM imported once, then one fork per scenario), then the model on each
 case's workload.json with the same setting and step-time constants, and prints per case the lab's own wall time
 (``truth.json`` ``generation.wall_seconds``: the simulation, not the import), the model's, and the ratio; last line:
-the totals and the overall ratio (target: >= 50). The lab's process wall time (imports included) is printed too.
+the totals and the overall ratio (target: >= 50). The lab's process wall time (imports included) is printed too, and
+CPU times (the lab's process and children, imports included, vs the model's), which a shared machine's load
+disturbs less than wall times.
 """
 from __future__ import annotations
 
@@ -45,14 +47,19 @@ def main() -> int:
     pick = names[::step][: a.n]
     out = Path(a.keep or tempfile.mkdtemp(prefix="simspeed-"))
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu")
+    import resource
+
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([a.twin_python, str(FORKRUN), "--twin", a.twin, "--scenarios", str(TABLE), "--out", str(out),
                            "--jobs", "1", *pick], env=env, capture_output=True, text=True, timeout=a.timeout)
     lab_process = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lab_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     if proc.returncode not in (0, 1):
         print(proc.stderr[-2000:], file=sys.stderr)
         return 1
-    tot_lab = tot_sim = 0.0
+    tot_lab = tot_sim = tot_cpu = 0.0
     print(f"{'case':34s} {'lab s':>8s} {'model s':>9s} {'ratio':>7s}")
     for n in pick:
         case = out / n
@@ -60,15 +67,18 @@ def main() -> int:
             print(f"{n}: the lab did not finish it", file=sys.stderr)
             continue
         c = load_lab_case(str(case))
-        t = time.perf_counter()
+        t, tc = time.perf_counter(), time.process_time()
         simulate(c["requests"], c["setting"], c["step_cost"], duration_s=c["duration_s"], start_s=c["start_s"])
         sim = time.perf_counter() - t
+        tot_cpu += time.process_time() - tc
         lab = float(c["truth"]["generation"]["wall_seconds"])
         tot_lab += lab
         tot_sim += sim
         print(f"{n:34s} {lab:8.2f} {sim:9.3f} {lab / sim:7.0f}x")
     print(f"total: lab {tot_lab:.1f} s (its process, imports included: {lab_process:.1f} s), model {tot_sim:.2f} s: "
           f"{tot_lab / tot_sim:.0f}x the lab's speed")
+    print(f"CPU time (the machine is shared: wall times depend on the load): lab {lab_cpu:.1f} s (its process and "
+          f"children, vLLM's import included), model {tot_cpu:.2f} s: {lab_cpu / tot_cpu:.0f}x")
     return 0
 
 
