@@ -213,7 +213,7 @@ def render_markdown(doc: dict) -> str:
     varied = [k for k in (runs[0]["setting"] if runs else {}) if len({json.dumps(r["setting"][k]) for r in runs}) > 1]
     out = [f"## Simulated settings ({doc['workload']['requests']} requests, {doc['source']['kind']})", "",
            _cost_line(doc["step_cost"]) + ".", "",
-           *[doc["source"][k] + "." for k in ("about", "step_cost") if doc["source"].get(k)], "",
+           *[x for k in ("about", "step_cost") if doc["source"].get(k) for x in (doc["source"][k] + ".", "")],
            "| setting | " + " | ".join(h for _, h, _ in _COLS) + " |", "| --- |" + " --- |" * len(_COLS)]
     for r in runs:
         mark = (" **(recommended)**" if r["recommended"] else "") + (" (as run)" if r["baseline"] else "")

@@ -353,7 +353,7 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
     def _ff() -> int:
         """Fast-forward decode-only steps (see ``fast_forward``); returns how many were taken (0: none)."""
         nonlocal now, steps, usage_time, wait_time, run_time, total_time, sim_time, ti, peak, wait_max, run_max
-        nonlocal gen, pend, finished_flag
+        nonlocal gen, pend, finished_flag, running, finished
         R = len(running)
         mrem = 1 << 62
         maxc = 0
@@ -366,9 +366,10 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
                 mrem = x
             if c > maxc:
                 maxc = c
-        mrem -= 1  # steps in which nobody finishes
+        fin_step = mrem - 1  # the step in which the first requests finish (the window's last: admission waits)
         if mml - 3 - maxc < mrem:
             mrem = mml - 3 - maxc
+            fin_step = -1
         if mrem < 3:
             return 0
         has_wait = bool(waiting)
@@ -429,10 +430,11 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
             wait_pairs[nw] = wait_pairs.get(nw, 0.0) + dt
             total_time += dt
             now = t_end
-            if u > peak:
-                peak = u
-            if nw > wait_max:
-                wait_max = nw
+            if m != fin_step:  # (after the finishing step: once its requests are freed, below)
+                if u > peak:
+                    peak = u
+                if nw > wait_max:
+                    wait_max = nw
             m += 1
         if not m:
             return 0
@@ -449,6 +451,19 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
                 pop_blocks(need, r.blocks)
             if caching and c // bs > r.n_cached:
                 cache_upto(r, c)
+        if m - 1 == fin_step:  # update_from_output of the last step: the finished requests free their blocks
+            done = [r for r in running if r.n_out >= r.target]
+            for r in done:
+                free_req(r)
+                r.finished_at = now
+            finished += len(done)
+            running = [r for r in running if r.n_out < r.target]
+            finished_flag = True
+            u = (total_usable - len(free_plain) - len(free_hashed)) / total_usable if total_usable else 0.0
+            if u > peak:
+                peak = u
+            if len(waiting) > wait_max:
+                wait_max = len(waiting)
         return m
 
     while now < end_t:
