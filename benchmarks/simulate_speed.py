@@ -45,7 +45,8 @@ def main() -> int:
     names = list(yaml.safe_load(TABLE.read_text())["scenarios"])
     step = max(1, len(names) // max(1, a.n))
     pick = names[::step][: a.n]
-    out = Path(a.keep or tempfile.mkdtemp(prefix="simspeed-"))
+    tmp = None if a.keep else tempfile.TemporaryDirectory(prefix="simspeed-")  # removed at exit
+    out = Path(a.keep or tmp.name)
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu")
     import resource
 
