@@ -227,11 +227,15 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="Write the report here instead of standard output.")
 @click.option("--width", type=click.IntRange(40, 1000), default=None, metavar="N", help="Wrap the text report at N "
               "columns (default: the terminal's width on a terminal, else 100).")
+@click.option("--trace", default=None, type=click.Path(dir_okay=False), metavar="FILE", help="The window's request "
+              "trace (as for 'kvdiag simulate'): the remedies get simulated outcomes. Needs --step-cost.")
+@click.option("--step-cost", default=None, metavar="K=V,...", help="Step-time constants for --trace "
+              "(see 'kvdiag simulate --help').")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
 def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
             gpu_memory_utilization, rules_dirs, year, prometheus_url, selector, since, until, step, headers,
-            bearer_token_file, ca_cert, insecure, timeout, progress, fmt, output, width, debug):
+            bearer_token_file, ca_cert, insecure, timeout, progress, fmt, output, width, trace, step_cost, debug):
     """Diagnose a server from its logs and /metrics; verdict first, evidence under it.
 
     Several --metrics-url, or --prometheus-url: one verdict per server, the worst first.
@@ -259,6 +263,11 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if len(metrics_urls) > 1 and (logs or metrics_files):
         raise click.UsageError("with several --metrics-url kvdiag cannot tell which server a --log or "
                                "--metrics-file belongs to; analyze them one server at a time")
+    sim = None
+    if trace or step_cost:  # simulated remedies (kvdiag/simulate/remedies.py): one server, a trace and its step cost
+        from .simulate.remedies import prepare
+
+        sim = prepare(trace, step_cost, several=bool(prometheus_url) or len(metrics_urls) > 1)
     from .analyze import analyze as run
     from .report.formats import RENDERERS
     from .report.render import terminal_layout
@@ -282,7 +291,9 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
                  year=year, deployment={"gpu_total_bytes": gpu_memory and gpu_memory * 2**30,
                                         "tensor_parallel_size": tensor_parallel_size,
                                         "gpu_memory_utilization": gpu_memory_utilization},
-                 progress=progress, http=http, prometheus=fleet)
+                 progress=progress, http=http, prometheus=fleet, keep=sim and sim["keep"])
+    if sim:
+        report.notes += sim["cite"](report)
     width, color = terminal_layout(None if output else click.get_text_stream("stdout"), width)
     text = RENDERERS[fmt](report, width=width, color=color) if fmt == "text" else RENDERERS[fmt](report)
     if output:
@@ -556,6 +567,12 @@ diff.epilog = exit_codes(("0", "no problem found on either side (--fail-on-regre
                          ("3", "a side could not be judged and the other shows no problem, bad usage, unreadable input, or "
                                "different models (without --allow-different-models)"), INTERRUPT_ROW)
 cli.add_command(diff)
+
+from .simulate.cmd import simulate_cmd  # noqa: E402  (the what-if scheduler model's command)
+
+simulate_cmd.epilog = exit_codes(("0", "table printed"), ("3", "bad usage, an unreadable or invalid trace, lab case "
+                                                          "or --model-config, a run past --max-steps"))
+cli.add_command(simulate_cmd)
 
 
 def _terminated(signum, frame) -> None:  # noqa: ARG001 - signal handler signature

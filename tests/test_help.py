@@ -19,6 +19,7 @@ COMMANDS = {  # command path → the exit codes its help must list
     ("record",): {"0", "3", "130"},
     ("estimate",): {"0", "3"},
     ("diff",): {"0", "1", "2", "3", "130"},
+    ("simulate",): {"0", "3"},
     ("rules",): {"0", "1", "3"},
     ("rules", "list"): {"0", "3"},
     ("rules", "explain"): {"0", "3"},

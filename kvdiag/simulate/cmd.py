@@ -1,0 +1,384 @@
+"""``kvdiag simulate``: replay a workload under other vLLM settings with the scheduler model
+(:mod:`kvdiag.simulate.model`) and print one row per setting. The CLI group registers it with
+``cli.add_command(simulate)``; the outcome document is :func:`build_document` (schema: ``simulate.schema.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..durations import parse_duration
+from ..errors import InputError
+from ..redaction import redact
+from .model import Setting, SimulationLimit, StepCost, simulate
+from .workload import MAX_REQUESTS, load_lab_case, load_trace, summarize
+
+def _kv_dtypes() -> click.Choice:
+    from .. import capacity as cap
+
+    return click.Choice(list(cap.KV_CACHE_DTYPES), case_sensitive=False)
+
+
+MAX_SETTINGS = 64
+MAX_BLOCKS = 1 << 26
+STEP_COST_KEYS = ("overhead_ms", "weights_ms", "compute_us_per_token", "kv_read_ns_per_token", "jitter", "seed")
+SCHEMA_PATH = Path(__file__).with_name("simulate.schema.json")
+
+
+def _int_list(opt: str, text: str | None, lo: int, hi: int) -> list[int] | None:
+    """``"32,48,64"`` → ``[32, 48, 64]``; click.BadParameter naming the option otherwise."""
+    if text is None:
+        return None
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            v = int(part)
+        except ValueError:
+            raise click.BadParameter(f"{part!r}: expected integers from {lo:,} to {hi:,}, comma-separated",
+                                     param_hint=opt) from None
+        if not lo <= v <= hi:
+            raise click.BadParameter(f"{v:,}: expected integers from {lo:,} to {hi:,}, comma-separated", param_hint=opt)
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise click.BadParameter("empty: expected integers, comma-separated", param_hint=opt)
+    return out
+
+
+def _float_list(opt: str, text: str | None, lo: float, hi: float) -> list[float] | None:
+    if text is None:
+        return None
+    out = []
+    for part in str(text).split(","):
+        try:
+            v = float(part)
+        except ValueError:
+            raise click.BadParameter(f"{part.strip()!r}: expected numbers from {lo:g} to {hi:g}, comma-separated",
+                                     param_hint=opt) from None
+        if not math.isfinite(v) or not lo < v <= hi:
+            raise click.BadParameter(f"{part.strip()}: expected numbers above {lo:g}, at most {hi:g}", param_hint=opt)
+        out.append(v)
+    return out
+
+
+def parse_step_cost(text: str | None, base: StepCost | None) -> StepCost:
+    """``overhead_ms=4,weights_ms=45,compute_us_per_token=230,kv_read_ns_per_token=500[,jitter=0.03,seed=1076]``
+    → :class:`StepCost`; keys not given come from ``base`` (a lab case's constants)."""
+    vals: dict[str, float] = dataclasses.asdict(base) if base else {}
+    if text:
+        for part in text.split(","):
+            if not part.strip():
+                continue
+            k, sep, v = part.partition("=")
+            k = k.strip()
+            if not sep or k not in STEP_COST_KEYS:
+                raise click.BadParameter(f"{part.strip()!r}: expected key=value with keys {', '.join(STEP_COST_KEYS)}",
+                                         param_hint="--step-cost")
+            try:
+                x = float(v)
+            except ValueError:
+                raise click.BadParameter(f"{k}={v.strip()!r}: expected a number", param_hint="--step-cost") from None
+            hi = 1.0 if k == "jitter" else (2**63 if k == "seed" else 1e6)
+            if not math.isfinite(x) or not 0 <= x <= hi or (k == "seed" and x != int(x)):
+                raise click.BadParameter(f"{k}={v.strip()}: expected a finite number from 0 to {hi:g}",
+                                         param_hint="--step-cost")
+            vals[k] = x
+    missing = [k for k in STEP_COST_KEYS[:4] if k not in vals]
+    if missing:
+        raise click.BadParameter(f"missing {', '.join(missing)}: the step-time model is a parameter "
+                                 "(overhead_ms, weights_ms, compute_us_per_token, kv_read_ns_per_token)",
+                                 param_hint="--step-cost")
+    if vals["overhead_ms"] + vals["weights_ms"] <= 0 and vals["compute_us_per_token"] <= 0:
+        raise click.BadParameter("a step would take no time: expected overhead_ms, weights_ms or "
+                                 "compute_us_per_token above 0", param_hint="--step-cost")
+    return StepCost(float(vals["overhead_ms"]), float(vals["weights_ms"]), float(vals["compute_us_per_token"]),
+                    float(vals["kv_read_ns_per_token"]), float(vals.get("jitter", 0.0)), int(vals.get("seed", 0)))
+
+
+def _blocks_from_memory(gib: float, model_config: str, block_size: int, kv_cache_dtype: str) -> int:
+    from .. import capacity as cap
+    from ..estimate_cmd import _load_config
+
+    shape = cap.model_shape(_load_config(model_config))
+    kinds = set(shape.layer_kinds)
+    if not kinds <= {"full"}:
+        raise InputError(f"{model_config}: layer kinds {sorted(kinds)}: the simulator models one full-attention KV "
+                         "cache group; give --num-gpu-blocks for a hybrid or sliding-window model")
+    bpt = cap.kv_bytes_per_token(shape, kv_cache_dtype)
+    return cap.num_gpu_blocks_from_kv_memory(gib * cap.GIB, block_size * bpt)
+
+
+def rank_key(row: dict) -> tuple:
+    """Order of preference among simulated settings: fewest preemptions, then the shortest p95 queue time, then
+    the fewest requests left unfinished, then the fewest waiting on average."""
+    q = row.get("queue_time_p95_s")
+    return (row["preemptions"], math.inf if q is None else round(q, 3), row["requests_unfinished"],
+            round(row["num_requests_waiting_mean"], 3))
+
+
+def build_document(source: dict, runs: list[dict], cost: StepCost, duration: float | None,
+                   baseline: dict | None) -> dict:
+    """The outcome document (``simulate.schema.json``): ``{"schema_version": 1, "kind": "kvdiag-simulate",
+    "simulated": true, "source", "workload", "step_cost", "duration_s", "baseline_setting", "settings": [...],
+    "recommended", "notes"}``; every number is simulated (seconds, tokens, ratios 0-1)."""
+    best = min(range(len(runs)), key=lambda i: rank_key(runs[i])) if runs else None
+    for i, r in enumerate(runs):
+        r["baseline"] = baseline is not None and r["setting"] == baseline
+        r["recommended"] = i == best
+    return {"schema_version": 1, "kind": "kvdiag-simulate", "simulated": True, "source": source,
+            "step_cost": dataclasses.asdict(cost), "duration_s": duration, "baseline_setting": baseline,
+            "settings": runs, "recommended": None if best is None else runs[best]["setting"],
+            "notes": ["Simulated with kvdiag's model of vLLM V1's scheduler (validated against vLLM 0.33.0's own "
+                      "scheduler: docs/simulate-validation.md); not a measurement.",
+                      "Recommended: fewest preemptions, then the shortest p95 queue time, then fewest unfinished "
+                      "requests, then the fewest waiting on average."]}
+
+
+_COLS = [("preemptions", "preempt", "{:d}"), ("kv_cache_usage_peak", "usage peak", "{:.3f}"),
+         ("kv_cache_usage_mean", "usage mean", "{:.3f}"), ("num_requests_waiting_mean", "wait mean", "{:.2f}"),
+         ("num_requests_waiting_p95", "wait p95", "{:.0f}"), ("num_requests_waiting_max", "wait max", "{:d}"),
+         ("queue_time_p50_s", "queue p50 s", "{:.2f}"), ("queue_time_p95_s", "queue p95 s", "{:.2f}"),
+         ("prefix_cache_hit_rate", "hit rate", "{:.3f}"), ("requests_unfinished", "unfinished", "{:d}")]
+
+
+def _setting_label(s: dict, varied: list[str]) -> str:
+    keys = varied or ["num_gpu_blocks"]
+    return " ".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in s.items() if k in keys)
+
+
+def _cells(row: dict) -> list[str]:
+    out = []
+    for key, _, f in _COLS:
+        v = row.get(key)
+        out.append("-" if v is None else f.format(v))
+    return out
+
+
+def _cost_line(c: dict) -> str:
+    """The step-time formula in words (``key=value`` with a ``token`` key would read as a secret to redact)."""
+    jit = f", jitter ±{c['jitter']:g} seed {c['seed']}" if c.get("jitter") else ""
+    return (f"step time: {c['overhead_ms']:g} ms + max({c['weights_ms']:g} ms, {c['compute_us_per_token']:g} us x "
+            f"scheduled tokens) + {c['kv_read_ns_per_token']:g} ns x context tokens{jit}")
+
+
+def _redact_strings(v):
+    if isinstance(v, str):
+        return redact(v)
+    if isinstance(v, dict):
+        return {k: _redact_strings(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_redact_strings(x) for x in v]
+    return v
+
+
+def render_text(doc: dict) -> str:
+    runs = doc["settings"]
+    varied = [k for k in (runs[0]["setting"] if runs else {}) if len({json.dumps(r["setting"][k]) for r in runs}) > 1]
+    heads = ["setting (simulated)"] + [h for _, h, _ in _COLS]
+    rows = []
+    for r in runs:
+        mark = (" *" if r["recommended"] else "") + (" (as run)" if r["baseline"] else "")
+        rows.append([_setting_label(r["setting"], varied) + mark] + _cells(r))
+    widths = [max(len(x) for x in col) for col in zip(heads, *rows)]
+    span = "until drained" if doc["duration_s"] is None else f"{doc['duration_s']:g} s"
+    lines = [f"kvdiag simulate: {doc['workload']['requests']} requests ({doc['source']['kind']} {doc['source']['path']}), "
+             f"{span}",
+             "fixed: " + ", ".join(f"{k}={v}" for k, v in (runs[0]["setting"] if runs else {}).items() if k not in varied),
+             _cost_line(doc["step_cost"])]
+    for key in ("about", "step_cost"):
+        if doc["source"].get(key):
+            lines.append(doc["source"][key])
+    lines.append("")
+    lines.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths))))
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    if doc["recommended"] is not None:
+        best = next(r for r in runs if r["recommended"])
+        q = best.get("queue_time_p95_s")
+        lines += ["", f"* recommended: {_setting_label(best['setting'], varied)}: {best['preemptions']} preemptions, "
+                  f"p95 queue {'-' if q is None else f'{q:.2f} s'}, simulated on this workload"]
+    lines += [""] + [f"note: {n}" for n in doc["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(doc: dict) -> str:
+    runs = doc["settings"]
+    varied = [k for k in (runs[0]["setting"] if runs else {}) if len({json.dumps(r["setting"][k]) for r in runs}) > 1]
+    out = [f"## Simulated settings ({doc['workload']['requests']} requests, {doc['source']['kind']})", "",
+           _cost_line(doc["step_cost"]) + ".", "",
+           *[x for k in ("about", "step_cost") if doc["source"].get(k) for x in (doc["source"][k] + ".", "")],
+           "| setting | " + " | ".join(h for _, h, _ in _COLS) + " |", "| --- |" + " --- |" * len(_COLS)]
+    for r in runs:
+        mark = (" **(recommended)**" if r["recommended"] else "") + (" (as run)" if r["baseline"] else "")
+        out.append(f"| {_setting_label(r['setting'], varied)}{mark} | " + " | ".join(_cells(r)) + " |")
+    out += ["", *[f"- {n}" for n in doc["notes"]], ""]
+    return "\n".join(out)
+
+
+def render(doc: dict, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(_redact_strings(doc), indent=2, allow_nan=False) + "\n"
+    return redact(render_markdown(doc) if fmt == "markdown" else render_text(doc))
+
+
+@click.command("simulate")
+@click.option("--trace", "trace", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Request trace: the lab's workload.json, CSV or JSONL (arrival_s, prompt_tokens, output_tokens, "
+                   "optional prefix_id, prefix_tokens, max_tokens).")
+@click.option("--lab-case", "lab_case", default=None, type=click.Path(file_okay=False), metavar="DIR",
+              help="A twin-lab case folder: its workload.json and, from truth.json, the setting it ran with, the "
+                   "step-time constants and the run length (each overridable).")
+@click.option("--from-metrics", "from_metrics", default=None, type=click.Path(file_okay=False), metavar="DIR",
+              help="Synthesise the workload from saved /metrics pages (DIR/metrics/NNNN.prom + times.csv): arrival "
+                   "rate per scrape, length histograms, prefix hit rate (kvdiag/simulate/synth.py).")
+@click.option("--num-gpu-blocks", default=None, metavar="N[,N...]", help="KV pool size in blocks (vLLM's "
+              "num_gpu_blocks, null block included); several: one row each.")
+@click.option("--kv-cache-memory", default=None, metavar="GiB",
+              help="KV pool as GiB of memory, comma list allowed (needs --model-config): blocks = GiB / (block_size x KV bytes/token).")
+@click.option("--model-config", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="HF config.json (for --kv-cache-memory).")
+@click.option("--kv-cache-dtype", default="auto", show_default=True, type=_kv_dtypes(),
+              help="vLLM --kv-cache-dtype, with --kv-cache-memory (auto = model dtype).")
+@click.option("--block-size", default=None, metavar="TOKENS", help="Tokens per block, comma list allowed (default 16 "
+              "or the lab case's).")
+@click.option("--max-num-seqs", default=None, metavar="N[,N...]", help="Comma list allowed (default 256 or the lab "
+              "case's).")
+@click.option("--max-num-batched-tokens", default=None, metavar="TOKENS", help="Comma list allowed (default 2048 or "
+              "the lab case's).")
+@click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
+              help="Default on (vLLM V1) or the lab case's.")
+@click.option("--max-model-len", default=None, type=click.IntRange(16, 1 << 24), metavar="TOKENS",
+              help="Default 32768 or the lab case's.")
+@click.option("--step-cost", default=None, metavar="K=V,...",
+              help="Step time: overhead_ms, weights_ms, compute_us_per_token, kv_read_ns_per_token [, jitter, seed] "
+                   "(the lab's formula; required unless --lab-case gives them; --from-metrics fits them).")
+@click.option("--duration", default=None, metavar="DURATION", help="Simulate this long from the first arrival's "
+              "origin (e.g. 15m; default: the lab case's run length, or until every request is done).")
+@click.option("--max-requests", default=MAX_REQUESTS, show_default=True, type=click.IntRange(1, 10**8),
+              metavar="N", help="Refuse a longer trace.")
+@click.option("--max-steps", default=20_000_000, show_default=True, type=click.IntRange(1, 10**9), metavar="N",
+              help="Stop with an error past this many engine steps per setting.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--output", default=None, type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Write the table here instead of standard output.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory, model_config, kv_cache_dtype, block_size,
+                 max_num_seqs, max_num_batched_tokens, prefix_caching, max_model_len, step_cost, duration,
+                 max_requests, max_steps, fmt, output, debug) -> None:
+    """What-if: replay a workload under other settings (pool, block size, max_num_seqs, ...) with a model of vLLM
+    V1's scheduler and block pool; one row per setting: preemptions, KV usage, waiting queue, queue time,
+    prefix-cache hit rate. All numbers are simulated."""
+    if sum(x is not None for x in (trace, lab_case, from_metrics)) != 1:
+        raise click.UsageError("give exactly one of --trace FILE, --lab-case DIR or --from-metrics DIR")
+    base: Setting | None = None
+    base_cost = None
+    start_s = 0.0
+    dur = None
+    if lab_case:
+        case = load_lab_case(lab_case)
+        reqs, base, base_cost = case["requests"], case["setting"], case["step_cost"]
+        start_s, dur = case["start_s"], case["duration_s"]
+        if len(reqs) > max_requests:
+            raise InputError(f"{lab_case}/workload.json: more than {max_requests:,} requests: expected at most "
+                             f"{max_requests:,} (raise the cap with --max-requests)")
+        source = {"kind": "lab-case", "path": str(lab_case), "mode": case["mode"]}
+    elif from_metrics:
+        from .synth import synthesize
+
+        syn = synthesize(from_metrics)
+        reqs, dur = syn["requests"], syn["duration_s"]
+        if len(reqs) > max_requests:
+            raise InputError(f"{from_metrics}: {len(reqs):,} requests synthesised: expected at most {max_requests:,} "
+                             "(raise the cap with --max-requests)")
+        f = syn["facts"]
+        if "num_gpu_blocks" in f:
+            base = Setting(num_gpu_blocks=f["num_gpu_blocks"], block_size=f.get("block_size", 16),
+                           enable_prefix_caching=f.get("enable_prefix_caching", True))
+        source = {"kind": "from-metrics", "path": str(from_metrics), "about": syn["about"]}
+    else:
+        reqs, meta = load_trace(trace, max_requests)
+        source = {"kind": "trace", "path": str(trace), "format": meta["format"], "mode": meta.get("mode", "open")}
+    if not reqs:
+        raise InputError(f"{trace or lab_case or from_metrics}: no requests: expected at least one")
+    if from_metrics and not step_cost:  # fitted from the pages' step counts and token counts (synth.py)
+        from .synth import fit_step_cost
+
+        base_cost, fitted = fit_step_cost(from_metrics)
+        source["step_cost"] = fitted
+    cost = parse_step_cost(step_cost, base_cost)
+    if duration is not None:
+        try:
+            dur = parse_duration(duration)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--duration") from None
+        if not 0 < dur <= 366 * 86400:
+            raise click.BadParameter(f"{duration!r}: expected a duration above 0, at most 366d", param_hint="--duration")
+    bss = _int_list("--block-size", block_size, 1, 4096) or [base.block_size if base else 16]
+    seqs = _int_list("--max-num-seqs", max_num_seqs, 1, 1 << 20) or [base.max_num_seqs if base else 256]
+    mnbt = _int_list("--max-num-batched-tokens", max_num_batched_tokens, 1, 1 << 24) or \
+        [base.max_num_batched_tokens if base else 2048]
+    pc = base.enable_prefix_caching if (prefix_caching is None and base) else (True if prefix_caching is None else prefix_caching)
+    mml = max_model_len or (base.max_model_len if base else 32768)
+    if num_gpu_blocks and kv_cache_memory:
+        raise click.UsageError("give --num-gpu-blocks or --kv-cache-memory, not both")
+    pools: list[tuple[str, Any]] = []
+    if num_gpu_blocks:
+        pools = [("blocks", n) for n in _int_list("--num-gpu-blocks", num_gpu_blocks, 2, MAX_BLOCKS)]
+    elif kv_cache_memory:
+        if not model_config:
+            raise click.UsageError("--kv-cache-memory needs --model-config FILE (the KV bytes per token)")
+        pools = [("gib", g) for g in _float_list("--kv-cache-memory", kv_cache_memory, 0, 1 << 20)]
+    elif base:
+        pools = [("blocks", base.num_gpu_blocks)]
+    else:
+        raise click.UsageError("give the pool: --num-gpu-blocks N or --kv-cache-memory GiB --model-config FILE")
+    combos = list(itertools.product(pools, bss, seqs, mnbt))
+    if len(combos) > MAX_SETTINGS:
+        raise click.UsageError(f"{len(combos)} settings: at most {MAX_SETTINGS} per run (fewer values per option)")
+    settings = []
+    for (kind, val), bs, ms, nbt in combos:
+        if kind == "blocks" and base and bs != base.block_size and not num_gpu_blocks:
+            nb = max(2, (base.num_gpu_blocks - 1) * base.block_size // bs + 1)  # same KV memory, other block size
+        elif kind == "blocks":
+            nb = int(val)
+        else:
+            nb = _blocks_from_memory(val, model_config, bs, kv_cache_dtype)
+            if nb < 2:
+                raise click.BadParameter(f"{val:g} GiB holds {nb} blocks of {bs} tokens: expected room for at least "
+                                         "2 (the null block and one)", param_hint="--kv-cache-memory")
+        if nb > MAX_BLOCKS:
+            raise click.BadParameter(f"{nb:,} blocks: at most {MAX_BLOCKS:,}", param_hint="--num-gpu-blocks")
+        settings.append(Setting(num_gpu_blocks=nb, block_size=bs, max_num_seqs=ms, max_num_batched_tokens=nbt,
+                                enable_prefix_caching=pc, max_model_len=mml))
+    too_long = [r for r in reqs if r.prompt_tokens >= mml]
+    if too_long:
+        r = too_long[0]
+        raise InputError(f"{trace or lab_case or from_metrics}: request {r.id}: prompt_tokens {r.prompt_tokens:,} is not below "
+                         f"max_model_len {mml:,}: vLLM rejects it (expected prompts shorter than --max-model-len)")
+    runs = []
+    for s in settings:
+        try:
+            res = simulate(reqs, s, cost, duration_s=dur, start_s=start_s, max_steps=max_steps)
+        except SimulationLimit as exc:
+            raise InputError(f"setting {s.to_dict()}: {exc} (--max-steps): expected a window of traffic that the "
+                             "engine can serve; shorten it with --duration or raise --max-steps") from None
+        runs.append(res.to_dict())
+    doc = build_document(source, runs, cost, dur, base.to_dict() if base else None)
+    doc["workload"] = summarize(reqs)
+    text = render(doc, fmt)
+    if output:
+        from ..export import write_output
+
+        write_output(output, text, "--output")
+    else:
+        click.echo(text, nl=False)
+
+
+simulate_cmd.name = "simulate"

@@ -1,0 +1,272 @@
+"""Workload input of ``kvdiag simulate``: a request trace (the twin lab's ``workload.json``, CSV or JSON Lines),
+checked row by row, and the deployment of a lab case (``truth.json``).
+
+Trace rows (CSV header / JSONL keys; the lab's ``workload.json`` has its own ``columns``):
+
+* ``arrival_s`` (seconds from the start of the trace, non-decreasing in CSV/JSONL; ``workload.json`` rows are
+  replayed in arrival order, as the lab lists closed-loop runs in planned order), ``prompt_tokens`` (>= 1, the whole
+  prompt), ``output_tokens`` (>= 1, tokens generated before the request stops);
+* optional ``prefix_id`` (requests with the same id share their first ``prefix_tokens`` prompt tokens, token for
+  token), ``prefix_tokens`` (0 .. prompt_tokens), ``max_tokens`` (the client's cap).
+
+In ``workload.json`` the prompt is ``prefix_tokens + unique_tokens`` (the lab's columns). Every error names the
+file, the row (line for CSV/JSONL) and the field, and says what was expected: :class:`kvdiag.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import InputError
+from .model import Request, Setting, StepCost
+
+MAX_REQUESTS = 200_000  # default cap (~120 MB, about a minute): a longer trace is refused; --max-requests raises it
+MAX_TOKENS_PER_REQUEST = 10_000_000
+MAX_ARRIVAL_S = 366 * 86400.0
+
+
+def _int_field(where: str, name: str, v: Any, lo: int, hi: int, optional: bool = False) -> int | None:
+    if v is None or v == "":
+        if optional:
+            return None
+        raise InputError(f"{where}: {name} is missing: expected an integer from {lo:,} to {hi:,}")
+    if isinstance(v, bool):
+        raise InputError(f"{where}: {name} is {v!r}: expected an integer from {lo:,} to {hi:,}")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: {name} is {v!r}: expected an integer from {lo:,} to {hi:,}") from None
+    if not math.isfinite(f) or f != int(f) or not lo <= f <= hi:
+        raise InputError(f"{where}: {name} is {v!r}: expected an integer from {lo:,} to {hi:,}")
+    return int(f)
+
+
+def _arrival(where: str, v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: arrival_s is {v!r}: expected seconds (a number >= 0)") from None
+    if isinstance(v, bool) or not math.isfinite(f) or not 0 <= f <= MAX_ARRIVAL_S:
+        raise InputError(f"{where}: arrival_s is {v!r}: expected seconds from 0 to {MAX_ARRIVAL_S:,.0f}")
+    return f
+
+
+def _row(where: str, d: dict, prev_arrival: float, idx: int) -> Request:
+    arr = _arrival(where, d.get("arrival_s"))
+    if arr < prev_arrival:
+        raise InputError(f"{where}: arrival_s {arr:g} is before the previous row's {prev_arrival:g}: "
+                         "expected rows sorted by arrival_s")
+    prompt = _int_field(where, "prompt_tokens", d.get("prompt_tokens"), 1, MAX_TOKENS_PER_REQUEST)
+    out = _int_field(where, "output_tokens", d.get("output_tokens"), 1, MAX_TOKENS_PER_REQUEST)
+    pid = _int_field(where, "prefix_id", d.get("prefix_id"), 0, 2**62, optional=True)
+    plen = _int_field(where, "prefix_tokens", d.get("prefix_tokens"), 0, MAX_TOKENS_PER_REQUEST, optional=True) or 0
+    if plen > prompt:
+        raise InputError(f"{where}: prefix_tokens {plen} is more than prompt_tokens {prompt}: "
+                         "expected the shared prefix to be part of the prompt")
+    if plen and pid is None:
+        raise InputError(f"{where}: prefix_tokens {plen} without a prefix_id: expected both or neither")
+    mt = _int_field(where, "max_tokens", d.get("max_tokens"), 1, MAX_TOKENS_PER_REQUEST, optional=True)
+    rid = d.get("id", idx)
+    return Request(arrival_s=arr, prompt_tokens=prompt, output_tokens=out, prefix_id=pid, prefix_tokens=plen,
+                   max_tokens=mt, id=rid if isinstance(rid, int) else idx)
+
+
+def _check_count(path: str, n: int, cap: int) -> None:
+    if n > cap:
+        raise InputError(f"{path}: more than {cap:,} requests: expected at most {cap:,} "
+                         "(a window of traffic; raise the cap with --max-requests)")
+
+
+def load_trace(path: str, max_requests: int = MAX_REQUESTS) -> tuple[list[Request], dict]:
+    """Requests of a trace file, sorted check included → ``(requests, meta)``; ``meta`` has ``format`` and,
+    for the lab's ``workload.json``, ``serving_start_unix`` and ``mode``. Raises :class:`InputError`."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the trace ({exc.strerror or exc.__class__.__name__})") from None
+    if p.is_dir():
+        raise InputError(f"{path}: is a folder: expected a trace file (workload.json, .csv or .jsonl)")
+    # a trace row takes at most ~60 bytes (CSV/JSONL) and the lab's ~70: refuse a file that cannot be under the
+    # cap before reading it
+    if size > max(64, max_requests) * 96:
+        raise InputError(f"{path}: {size:,} bytes is too large for {max_requests:,} requests: expected a window of "
+                         "traffic (raise the cap with --max-requests)")
+    try:
+        with open(p, encoding="utf-8", newline="") as f:
+            head = f.read(4096)
+            f.seek(0)
+            stripped = head.lstrip()
+            if p.suffix.lower() == ".csv" or (stripped and stripped[0] not in "{["):
+                return _load_csv(path, f, max_requests), {"format": "csv"}
+            if p.suffix.lower() in (".jsonl", ".ndjson") or (stripped.startswith("{") and "\n{" in head
+                                                              and '"requests"' not in head):
+                return _load_jsonl(path, f, max_requests), {"format": "jsonl"}
+            text = f.read()
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text: expected a trace file (workload.json, .csv or .jsonl)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the trace ({exc.strerror or exc.__class__.__name__})") from None
+    return _load_workload_json(path, text, max_requests)
+
+
+def _load_csv(path: str, f, cap: int) -> list[Request]:
+    rd = csv.DictReader(f)
+    if not rd.fieldnames or not {"arrival_s", "prompt_tokens", "output_tokens"} <= set(rd.fieldnames):
+        raise InputError(f"{path}:1: header {rd.fieldnames}: expected columns arrival_s, prompt_tokens, "
+                         "output_tokens (optional prefix_id, prefix_tokens, max_tokens)")
+    out: list[Request] = []
+    prev = 0.0
+    try:
+        for i, d in enumerate(rd):
+            _check_count(path, i + 1, cap)
+            if None in d or None in d.values():
+                raise InputError(f"{path}:{rd.line_num}: {len(rd.fieldnames)} columns expected "
+                                 f"({', '.join(rd.fieldnames)})")
+            r = _row(f"{path}:{rd.line_num}", d, prev, i)
+            prev = r.arrival_s
+            out.append(r)
+    except csv.Error as exc:
+        raise InputError(f"{path}:{rd.line_num}: {exc}: expected CSV rows of arrival_s, prompt_tokens, "
+                         "output_tokens") from None
+    return out
+
+
+def _load_jsonl(path: str, f, cap: int) -> list[Request]:
+    out: list[Request] = []
+    prev = 0.0
+    for ln, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{ln}: invalid JSON ({exc.msg}): expected one request object per line") from None
+        if not isinstance(d, dict):
+            raise InputError(f"{path}:{ln}: a {type(d).__name__}: expected one request object per line")
+        _check_count(path, len(out) + 1, cap)
+        r = _row(f"{path}:{ln}", d, prev, len(out))
+        prev = r.arrival_s
+        out.append(r)
+    return out
+
+
+def _sort_key(row: Any, cols: list) -> float:
+    try:
+        v = float(row[cols.index("arrival_s")])
+        return v if math.isfinite(v) else 0.0
+    except (TypeError, ValueError, IndexError, KeyError):
+        return 0.0  # the row check below names the problem
+
+
+def _load_workload_json(path: str, text: str, cap: int) -> tuple[list[Request], dict]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}): expected the lab's workload.json") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply: expected the lab's workload.json") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list) or not isinstance(doc.get("columns"), list):
+        raise InputError(f"{path}: expected the lab's workload.json (an object with 'columns' and 'requests')")
+    cols = doc["columns"]
+    need = {"arrival_s", "prefix_id", "prefix_tokens", "unique_tokens", "output_tokens"}
+    if not need <= set(cols):
+        raise InputError(f"{path}: columns {cols}: expected {sorted(need)}")
+    rows = doc["requests"]
+    _check_count(path, len(rows), cap)
+    out: list[Request] = []
+    prev = 0.0
+    # a closed-loop run lists its requests as the clients planned them, not by arrival: replay them in arrival
+    # order (ties: planned order, as the lab's queue of pending requests keeps them)
+    order = sorted(range(len(rows)), key=lambda i: (_sort_key(rows[i], cols), i))
+    for i in order:
+        row = rows[i]
+        where = f"{path}: requests[{i}]"
+        if not isinstance(row, list) or len(row) != len(cols):
+            raise InputError(f"{where}: expected a list of {len(cols)} values ({', '.join(cols)})")
+        d = dict(zip(cols, row))
+        uniq = _int_field(where, "unique_tokens", d.get("unique_tokens"), 0, MAX_TOKENS_PER_REQUEST)
+        plen = _int_field(where, "prefix_tokens", d.get("prefix_tokens"), 0, MAX_TOKENS_PER_REQUEST) or 0
+        d = dict(d, prompt_tokens=uniq + plen)
+        r = _row(where, d, prev, i)
+        prev = r.arrival_s
+        out.append(r)
+    start = doc.get("serving_start_unix", 0.0)
+    if not isinstance(start, (int, float)) or isinstance(start, bool) or not math.isfinite(start):
+        start = 0.0
+    return out, {"format": "workload.json", "serving_start_unix": float(start), "mode": doc.get("mode", "open")}
+
+
+def load_lab_case(folder: str) -> dict:
+    """A twin-lab case folder → ``{"requests", "setting", "step_cost", "duration_s", "start_s", "mode"}`` from its
+    ``workload.json`` and ``truth.json`` (pool, block size, max_num_seqs, max_num_batched_tokens, prefix
+    caching, max_model_len, step-cost constants and run length). Jitter is left out (0): the scenario's seed is
+    not in the case; give ``jitter=…,seed=…`` in ``--step-cost`` to draw it."""
+    d = Path(folder)
+    truth_p = d / "truth.json"
+    if not (d / "workload.json").is_file() or not truth_p.is_file():
+        raise InputError(f"{folder}: expected a twin-lab case folder with workload.json and truth.json")
+    reqs, meta = load_trace(str(d / "workload.json"))
+    try:
+        t = json.loads(truth_p.read_text(encoding="utf-8"))
+        dep = t["deployment"]
+        sc = t["step_cost_model"]
+        setting = Setting(num_gpu_blocks=int(t["num_gpu_blocks"]), block_size=int(t["block_size"]),
+                          max_num_seqs=int(dep["max_num_seqs"]), max_num_batched_tokens=int(dep["max_num_batched_tokens"]),
+                          enable_prefix_caching=bool(dep["enable_prefix_caching"]), max_model_len=int(dep["max_model_len"]))
+        cost = StepCost(float(sc["overhead_ms"]), float(sc["weights_ms"]), float(sc["compute_us_per_token"]),
+                        float(sc["kv_read_ns_per_token"]))
+        duration = float(t["clock"]["duration_s"])
+        start = float(t["clock"]["serving_start_unix"])
+        kv_bytes = int(dep.get("kv_bytes_per_token") or 0)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{truth_p}: {exc.__class__.__name__} {exc}: expected the lab's truth.json "
+                         "(num_gpu_blocks, block_size, deployment, step_cost_model, clock)") from None
+    return {"requests": reqs, "setting": setting, "step_cost": cost, "duration_s": duration, "start_s": start,
+            "mode": meta.get("mode", "open"), "kv_bytes_per_token": kv_bytes, "truth": t}
+
+
+def summarize(requests: Iterable[Request]) -> dict:
+    """Counts and length percentiles of a workload (tokens)."""
+    rs = list(requests)
+    if not rs:
+        return {"requests": 0}
+    p = sorted(r.prompt_tokens for r in rs)
+    o = sorted(r.output_tokens for r in rs)
+
+    def q(s, x):
+        return s[min(len(s) - 1, int(x * (len(s) - 1) + 0.5))]
+
+    return {"requests": len(rs), "span_s": rs[-1].arrival_s - rs[0].arrival_s,
+            "prompt_tokens_p50": q(p, .5), "prompt_tokens_p95": q(p, .95),
+            "output_tokens_p50": q(o, .5), "output_tokens_p95": q(o, .95),
+            "with_shared_prefix": sum(1 for r in rs if r.prefix_id is not None)}
+
+
+def lab_ticks(folder: str, truth: dict, seed: int | None) -> list[float]:
+    """The times (absolute, sorted) at which the twin lab moved its clock inside a step: every scrape
+    (``times.csv``) and every periodic log line (every ``log_interval_s`` plus the lab's drift, drawn from
+    ``random.Random(seed + 5)``; left out when ``seed`` is None). Validation only: see ``simulate(lab_ticks=…)``."""
+    import random
+
+    out: list[float] = []
+    tp = Path(folder) / "times.csv"
+    if tp.is_file():
+        with open(tp, newline="") as f:
+            for row in csv.DictReader(f):
+                out.append(float(row["unix_time"]))
+    clock = truth["clock"]
+    start, dur = float(clock["serving_start_unix"]), float(clock["duration_s"])
+    if seed is not None:
+        rng = random.Random(int(seed) + 5)
+        t = start
+        while True:
+            t += float(clock.get("log_interval_s", 10.0)) + rng.uniform(0.0005, 0.004)
+            if t > start + dur:
+                break
+            out.append(t)
+    return sorted(out)
