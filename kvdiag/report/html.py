@@ -26,6 +26,8 @@ SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#e08a00", "ok": "#2e7d32"
 LINE = "#1f5fa8"
 SECOND = "#d1495b"
 THIRD = "#6a994e"
+LEGEND = {"loc": "lower right", "bbox_to_anchor": (1.0, 1.0), "ncol": 4, "borderaxespad": 0.2}
+"""Legends above the plot on the right, on the title's line: never over the data."""
 
 CSS = """
 :root { --crit: #c62828; --warn: #b26a00; --ok: #2e7d32; --unk: #7b1fa2; --ink: #1b1b1b; --soft: #5a5a5a; }
@@ -130,32 +132,59 @@ def _time_axis(ax, lo: float, hi: float, show: bool = True) -> None:
 
 def _marks(ax, charts: Charts, label: bool) -> None:
     """Rule, restart and cut-short markers as vertical lines (labelled on the first chart)."""
-    seen: set = set()
+    lo, hi = ax.get_xlim()
+    gap = (hi - lo) * 0.025  # labels closer than this to the last one are left out (the line stays)
+    last = -math.inf
     for m in charts.markers:
         x = _dates([m.t])[0]
+        near = abs(_num(x) - last) < gap
+        if label and not near:
+            last = _num(x)
         if m.kind == "rule":
             colour = SEVERITY_COLOURS.get(m.severity, "#555")
             ax.axvline(x, color=colour, lw=1.0, ls="-", alpha=0.75, zorder=1)
-            key = (m.label, round(m.t))
-            if label and key not in seen:
-                seen.add(key)
+            if label and not near:
                 ax.annotate(_m(m.label), (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2),
                             textcoords="offset points", va="top", ha="left", fontsize=7.5, color=colour,
                             rotation=90)
         else:
             ax.axvline(x, color="#444", lw=1.0, ls=(0, (4, 3)), zorder=1)
-            if label:
+            if label and not near:
                 ax.annotate(_m(m.label), (x, 0.0), xycoords=("data", "axes fraction"), xytext=(2, 2),
                             textcoords="offset points", va="bottom", ha="left", fontsize=7.5, color="#444",
                             rotation=90)
 
 
+def _num(x) -> float:
+    import matplotlib.dates as mdates
+
+    return float(mdates.date2num(x))
+
+
+def _gapped(t: list[float], v: list[float]):
+    """Times and values with a NaN where samples are far apart (more than 3 × the median interval and 30 s): a line
+    does not bridge a gap in the input (lines missing from a log excerpt, a scrape outage) as if it were data."""
+    import numpy as np
+
+    t, v = np.asarray(t, dtype=float), np.asarray(v, dtype=float)
+    if len(t) < 3:
+        return t, v
+    dt = np.diff(t)
+    med = float(np.median(dt))
+    cut = np.flatnonzero(dt > max(30.0, 3 * med))
+    if not len(cut):
+        return t, v
+    # the break one usual interval after the last sample before the gap (a step line holds its value that long)
+    return np.insert(t, cut + 1, t[cut] + med), np.insert(v, cut + 1, np.nan)
+
+
 def _plot(ax, s, colour: str, label: str | None = None, step: bool = False, **kw):
     style = {"marker": "o", "ms": 3.5} if len(s.t) < 40 else {}
+    t, v = _gapped(s.t, s.v)
     if step and len(s.t) > 1:
-        ax.step(_dates(s.t), s.v, where="post", color=colour, lw=1.4, label=label or _m(s.label), **style, **kw)
+        ax.step(_dates(t), v, where="post", color=colour, lw=1.4, label=label or _m(s.label), **style, **kw)
     else:
-        ax.plot(_dates(s.t), s.v, color=colour, lw=1.4, label=label or _m(s.label), **style, **kw)
+        ax.plot(_dates(t), v, color=colour, lw=1.4, label=label or _m(s.label), **style, **kw)
 
 
 def _span(charts: Charts) -> tuple[float, float] | None:
@@ -181,7 +210,10 @@ def timeline_figures(charts: Charts, window: dict) -> list[tuple[str, list[str],
     first = [True]
 
     def fig(title: str):
-        f = Figure(figsize=(9.0, 2.3), dpi=72, layout="constrained")
+        # fixed margins, not a constrained layout: every timeline chart has its plot at the same x, so the charts
+        # read as one timeline (room on the right for a second axis)
+        f = Figure(figsize=(9.0, 2.2), dpi=72)
+        f.subplots_adjust(left=0.085, right=0.915, top=0.84, bottom=0.14)
         ax = f.add_subplot()
         ax.set_title(_m(title))
         return f, ax
@@ -190,8 +222,8 @@ def timeline_figures(charts: Charts, window: dict) -> list[tuple[str, list[str],
         _time_axis(ax, lo, hi)
         _marks(ax, charts, first[0])
         first[0] = False
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.16), ncol=4)
+        if ax.get_legend() is None and ax.get_legend_handles_labels()[0]:
+            ax.legend(**LEGEND)
         out.append((cid, keys, caption, _svg(f)))
 
     if "kv_cache_usage" in ser:
@@ -245,7 +277,7 @@ def timeline_figures(charts: Charts, window: dict) -> list[tuple[str, list[str],
                 ax2.spines["right"].set_visible(True)
                 h1, l1 = ax.get_legend_handles_labels()
                 h2, l2 = ax2.get_legend_handles_labels()
-                ax.legend(h1 + h2, l1 + l2, loc="upper left", bbox_to_anchor=(0.0, -0.16), ncol=4)
+                ax.legend(h1 + h2, l1 + l2, **LEGEND)
         finish(f, ax, "chart-prefix", pfx, "source: " + "; ".join(ser[k].source for k in pfx))
     if "kv_demand_tokens" in ser:
         f, ax = fig("Estimated KV demand vs the pool")
@@ -309,8 +341,7 @@ def startup_figure(charts: Charts) -> str | None:
                      SEVERITY_COLOURS["critical"], "xx"))
     f = Figure(figsize=(9.0, 0.42 * len(rows) + 1.1), dpi=72, layout="constrained")
     ax = f.add_subplot()
-    ax.set_title("Start-up memory budget (from the log's memory lines)" +
-                 (f", {_m(charts.startup_note)}" if charts.startup_note else ""))
+    ax.set_title("From the log's memory lines")
     g = 2**30
     for i, (label, left, width, colour, hatch) in enumerate(rows):
         ax.barh(i, width / g, left=left / g, color=colour, hatch=hatch, edgecolor="#333" if hatch else colour,
@@ -322,8 +353,6 @@ def startup_figure(charts: Charts) -> str | None:
     ends = [(r[1] + max(r[2], 0)) / g for r in rows] + [r[1] / g for r in rows]
     if total:
         ax.axvline(total / g, color="#222", lw=1.2, ls="--")
-        ax.annotate(_m(f"GPU total {format_bytes(total)}"), (total / g, 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(-3, 2), textcoords="offset points", ha="right", va="bottom", fontsize=8)
     if "budget" in vals:
         ax.axvline(vals["budget"] / g, color="#1565c0", lw=1.0, ls=":")
     if oom and rows:
@@ -351,6 +380,9 @@ def usage_multiple(name: str, verdict, charts: Charts | None, span: tuple[float,
     else:
         ax.text(0.5, 0.5, "no KV usage series", transform=ax.transAxes, ha="center", va="center", color="#777")
     ax.axhline(1.0, color="#333", lw=0.8, ls="--")
+    for m in charts.markers if charts else []:
+        if m.kind != "rule":  # restarts and a cut-short window; the rules are in the ranking table
+            ax.axvline(_dates([m.t])[0], color="#444", lw=0.9, ls=(0, (4, 3)))
     ax.set_ylim(0, 1.08)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     if span:
@@ -446,7 +478,8 @@ def _charts_html(charts: Charts | None, window: dict) -> list[str]:
                        f"<figcaption>{_e(caption)}</figcaption></figure>")
     svg = startup_figure(charts)
     if svg:
-        out.append("<h2>Start-up memory budget</h2>")
+        note = f" ({_e(charts.startup_note)})" if charts.startup_note else ""
+        out.append(f"<h2>Start-up memory budget{note}</h2>")
         keys = " ".join([s.key for s in charts.startup] + (["oom"] if charts.oom else []))
         rows = "".join(f"<tr><td>{_e(s.label)}</td><td class=\"num\">{_e(format_bytes(s.bytes, gib=True))}</td>"
                        f"<td class=\"src\">{_e(s.source)}</td></tr>" for s in charts.startup)
@@ -455,21 +488,24 @@ def _charts_html(charts: Charts | None, window: dict) -> list[str]:
             for label, key in (("OOM: tried to allocate", "tried"), ("OOM: free", "free"),
                                ("OOM: allocated by PyTorch", "allocated"), ("OOM: in use by this process", "in_use"),
                                ("OOM: other processes", "other_processes"), ("OOM: GPU total", "total")):
-                if o.get(key) is not None:
+                if o.get(key) is not None and (key != "other_processes" or o[key] > 0):
                     rows += (f"<tr><td>{_e(label)}</td><td class=\"num\">{_e(format_bytes(o[key]))}</td>"
                              f"<td class=\"src\">{_e(o['source'])}</td></tr>")
+        crossed = (" The crossed bar is the allocation that failed, drawn where free memory began; the dashed line is "
+                   "the GPU's total.") if charts.oom else ""
         out.append(f"<figure id=\"chart-startup\" class=\"chart\" data-series=\"{keys}\">{svg}<figcaption>"
-                   "Each bar is a number of the log's own memory lines (sources below); the crossed bar is the "
-                   "allocation that failed, drawn where free memory began.</figcaption></figure>")
+                   f"Each bar is a number of the log's own memory lines (sources below).{crossed}</figcaption>"
+                   "</figure>")
         out.append("<table class=\"memory\"><thead><tr><th>line</th><th>bytes</th><th>source</th></tr></thead>"
                    f"<tbody>{rows}</tbody></table>")
     return out
 
 
-def _one(report: Report, tag: str = "h1", where: str = "") -> list[str]:
+def _one(report: Report, tag: str = "h1", where: str = "", charts: bool = True) -> list[str]:
     v = report.verdict
     out = [f"<section class=\"server\">{_headline(v, tag, where)}", f"<p class=\"summary\">{_e(v.summary)}</p>"]
-    out += _charts_html(report.charts, report.window)
+    if charts:
+        out += _charts_html(report.charts, report.window)
     out += _findings(report)
     out.append(_inputs(report))
     out.append("</section>")
@@ -506,7 +542,7 @@ def _fleet(report: Report) -> list[str]:
                      charts=i.charts)
         out.append(f"<div id=\"server-{n}\" data-instance=\"{_e(i.instance)}\"><h2>{n}. <code>{_e(i.instance)}"
                    "</code></h2>")
-        out += _one(sub, "h3")
+        out += _one(sub, "h3", charts=False)  # its usage is in the small multiples: the page stays small
         out.append("</div>")
     if report.notes:
         out.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
