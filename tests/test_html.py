@@ -94,7 +94,7 @@ def assert_clean(shown: Shown) -> None:
     px = list(img.tobytes())
     dark = sum(1 for p in px if p < 128) / len(px)
     assert statistics.pstdev(px) > 20 and dark > 0.01, (statistics.pstdev(px), dark)
-    assert shown.seconds < 8, shown.seconds
+    assert shown.seconds < 15, shown.seconds  # a few seconds on a quiet machine (2 cores shared here)
 
 
 def _kvdiag_in_process(*args: str) -> int:
@@ -155,8 +155,6 @@ CASES = [pytest.param([("--log", str(p / "vllm.log"))], id=p.name[:3]) for p in 
 
 @pytest.mark.parametrize("case", CASES)
 def test_html_renders_offline_in_chromium(browser, tmp_path, case):
-    import json
-
     if isinstance(case, str):  # a 0.33 series: its log and its pages, as one server
         inputs = [("--log", str(FIXTURES / "series" / case / "vllm.log")),
                   ("--metrics-file", str(recording(case, tmp_path / "pages.om")))]
@@ -165,7 +163,10 @@ def test_html_renders_offline_in_chromium(browser, tmp_path, case):
     args = [a for pair in inputs for a in pair]
     out = tmp_path / "report.html"
     rc = _kvdiag_in_process("analyze", *args, "--format", "html", "--output", str(out))
-    data = json.loads(run_kvdiag("analyze", *args, "--format", "json").out)
+    from kvdiag.analyze import analyze
+
+    data = analyze(logs=[p for k, p in inputs if k == "--log"],
+                   metrics_files=[p for k, p in inputs if k == "--metrics-file"]).to_dict()
     assert rc in (0, 1, 2, 3) and out.stat().st_size < 400_000, out.stat().st_size
     shown = show(browser, out)
     assert_clean(shown)
@@ -255,6 +256,26 @@ def test_fleet_html_from_prometheus(browser, tmp_path):
     assert {f["rule_id"] for i in data["instances"] for f in i["findings"]} <= shown.dom["rules"]
     page = out.read_text()
     assert page.count('class="chart multiple"') == len(FLEET) and "no KV usage series" not in page
+    marks = dict(re.findall(r'data-instance="([^"]+)" data-markers="([^"]*)"', page))
+    assert "restart" in marks["restart-pressure:8000"] and "restart" not in marks["pressure:8000"]  # the counter fell
+    assert len(page) < 250_000, len(page)
+
+
+def test_forecast_line_on_the_usage_chart(tmp_path):
+    """CAP002 fires on the ramp recording: its line (to a full pool, with the minutes) is on the usage chart and the
+    rule is marked; a steady recording has no forecast line."""
+    out = tmp_path / "r.html"
+    _kvdiag_in_process("analyze", "--metrics-file", str(FIXTURES / "series" / "forecast" / "dev_ramp_7_first_120s.om"),
+                       "--format", "html", "--output", str(out))
+    page = out.read_text()
+    assert 'id="chart-kv_cache_usage" class="chart" data-series="kv_cache_usage forecast"' in page
+    eta = re.search(r"full in ~([\d.]+) min at", page).group(1)           # the finding's own minutes
+    assert f"CAP002 forecast: full in ~{eta} min" in _chart_text(page, "chart-kv_cache_usage")
+    assert "rule:CAP002" in re.search(r'class="timeline" data-markers="([^"]*)"', page).group(1)
+    _kvdiag_in_process("analyze", "--metrics-file", str(FIXTURES / "series" / "forecast" / "dev_steady_1.om"),
+                       "--format", "html", "--output", str(out))
+    page = out.read_text()
+    assert "chart-kv_cache_usage" in page and "CAP002 forecast" not in page
 
 
 # --- a log line cannot inject markup, a secret never reaches the page -------------------------------------------------
@@ -323,3 +344,31 @@ def test_json_report_has_no_series(kvdiag):
     res = kvdiag("analyze", "--log", str(FIXTURES / "series" / "vllm033_pressure" / "vllm.log"), "--format", "json")
     assert set(res.json()) == {"schema_version", "kvdiag_version", "verdict", "findings", "inputs", "window", "notes"}
     assert len(res.out) < 60_000
+
+
+def test_long_series_are_thinned_and_keep_their_spike():
+    """A day at 5 s (17,280 samples) becomes at most MAX_POINTS points per series, the one-sample spike to 100 % and
+    the restart's fall kept; the page stays small."""
+    import math
+
+    from kvdiag.bundle import Bundle
+    from kvdiag.engine.evaluate import Verdict
+    from kvdiag.report.formats import RENDERERS
+    from kvdiag.report.model import MAX_POINTS, Report
+    from kvdiag.timeline import build_charts
+
+    b = Bundle()
+    t0, n = 1_780_000_000.0, 17_280
+    spike = 9_001
+    b.extend("kv_cache_usage", [(t0 + 5 * i, 1.0 if i == spike else 0.4 + 0.1 * math.sin(i / 500), f"m@{i}")
+                                for i in range(n)])
+    b.extend("num_preemptions", [(t0 + 5 * i, float(i // 10 if i < 12_000 else (i - 12_000) // 10), f"p@{i}")
+                                 for i in range(n)])
+    charts = build_charts(b, [])
+    usage = charts.series["kv_cache_usage"]
+    assert len(usage.t) <= MAX_POINTS and max(usage.v) == 1.0 and t0 + 5 * spike in usage.t
+    rate = charts.series["preemptions_per_second"]
+    assert len(rate.t) <= MAX_POINTS and min(rate.v) >= 0   # the fall at the restart is no negative rate
+    page = RENDERERS["html"](Report(Verdict("healthy", "ok", "low", "synthetic"), [], [], {}, charts=charts))
+    assert 'id="chart-kv_cache_usage"' in page and 'id="chart-preemptions_per_second"' in page
+    assert len(page.encode()) < 200_000, len(page.encode())

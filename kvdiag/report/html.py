@@ -469,7 +469,8 @@ def _charts_html(charts: Charts | None, window: dict) -> list[str]:
     out = []
     figs = timeline_figures(charts, window)
     if figs:
-        out.append("<h2>Timeline</h2>")
+        marks = " ".join(dict.fromkeys(f"{m.kind}:{m.label}" if m.kind == "rule" else m.kind for m in charts.markers))
+        out.append(f"<h2 class=\"timeline\" data-markers=\"{_e(marks)}\">Timeline</h2>")
         legend = ("<p class=\"meta\">Times in UTC. Vertical lines: firing rules where their evidence lies (coloured by "
                   "severity), restarts and a cut-short window (dashed).</p>")
         out.append(legend)
@@ -534,7 +535,9 @@ def _fleet(report: Report) -> list[str]:
     span = (min(s[0] for s in spans if s), max(s[1] for s in spans if s)) if any(spans) else None
     out.append("<h2>KV usage per server, worst first</h2><div class=\"multiples\">")
     for n, i in enumerate(insts, 1):
-        out.append(f"<figure id=\"multiple-{n}\" class=\"chart multiple\" data-instance=\"{_e(i.instance)}\">"
+        marks = " ".join(sorted({m.kind for m in i.charts.markers if m.kind != "rule"})) if i.charts else ""
+        out.append(f"<figure id=\"multiple-{n}\" class=\"chart multiple\" data-instance=\"{_e(i.instance)}\" "
+                   f"data-markers=\"{marks}\">"
                    f"{usage_multiple(i.instance, i.verdict, i.charts, span)}</figure>")
     out.append("</div>")
     for n, i in enumerate(insts, 1):
