@@ -190,6 +190,7 @@ def _forecast(bundle: Bundle, findings: list) -> dict | None:
         return None
     t1 = float(level.t)
     s = float(span.value) if span is not None else 0.0
+    s = min(s, float(level.value) / float(slope.value))  # the fitted line from the trend's start, or from 0 % usage
     return {"t0": t1 - s, "v0": float(level.value) - float(slope.value) * s, "t_last": t1,
             "t1": t1 + float(eta.value), "v1": 1.0, "eta_seconds": float(eta.value),
             "slope_per_second": float(slope.value), "source": str(eta.source)}
