@@ -18,7 +18,6 @@ by max, counts by sum):
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -139,12 +138,15 @@ def build_series(bundle: Bundle) -> dict:
     return out
 
 
-def _markers(bundle: Bundle, findings: list, notes: list[str]) -> list[Marker]:
+def _markers(bundle: Bundle, findings: list, notes: list[str], series: dict) -> list[Marker]:
     """Firing rules where their evidence lies (the times of the evidence's sources), restarts, a cut-short window."""
     out: list[Marker] = []
-    frame = bundle.frame()
-    timed = frame[frame["t"].notna()]
-    when = dict(zip(timed["source"], timed["t"])) if not timed.empty else {}
+    when: dict = {}  # evidence source → its time, from the rows of the evidence's own signals (never the whole frame)
+    for f in findings:
+        for e in f.evidence if f.status == "fires" else ():
+            rows = bundle.signal(e.signal)
+            rows = rows[rows["t"].notna()] if not rows.empty else rows
+            when.update(zip(rows["source"], rows["t"]))
     from .signals import SIGNALS
 
     for f in findings:
@@ -175,9 +177,10 @@ def _markers(bundle: Bundle, findings: list, notes: list[str]) -> list[Marker]:
     for s, t in (starts.items() if len(starts) else []):
         if s > 0:
             out.append(Marker(float(t), "restart", f"engine start-up {s + 1}"))
-    end = frame["t"].max() if not frame.empty else math.nan
-    if any(n.startswith("window cut short") for n in notes) and not pd.isna(end):
-        out.append(Marker(float(end), "cut", "window cut short"))
+    if any(n.startswith("window cut short") for n in notes):
+        ends = [s.t[-1] for s in series.values() if s.t]
+        if ends:
+            out.append(Marker(float(max(ends)), "cut", "window cut short"))
     return sorted(out, key=lambda m: m.t)
 
 
@@ -281,6 +284,7 @@ def build_charts(bundle: Bundle, findings: list, notes: list[str] = ()) -> Chart
     """Everything the charts draw for one server's judged ``bundle`` and its ``findings``."""
     pool = _last(bundle, "kv_capacity_tokens")
     steps, oom, note = _startup(bundle)
-    return Charts(series=build_series(bundle), pool_tokens=None if pool is None else float(pool.value),
-                  markers=_markers(bundle, findings, list(notes)), forecast=_forecast(bundle, findings),
+    series = build_series(bundle)
+    return Charts(series=series, pool_tokens=None if pool is None else float(pool.value),
+                  markers=_markers(bundle, findings, list(notes), series), forecast=_forecast(bundle, findings),
                   startup=steps, oom=oom, startup_note=note)
