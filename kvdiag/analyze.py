@@ -13,6 +13,7 @@ from .engine.evaluate import evaluate, unexplained_failures, verdict
 from .engine.model import load_rules
 from .errors import InputError
 from .report.model import InstanceReport, Report
+from .timeline import build_charts
 from .windows import derive_windows
 
 
@@ -113,6 +114,7 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     report.notes += restart_notes(bundle)
     if interrupt.note:
         report.notes.append(interrupt.note)
+    report.charts = build_charts(bundle, findings, report.notes)
     return report
 
 
@@ -158,8 +160,9 @@ def _guard(v, bundle: Bundle):
 def _judge_one(rules, name: str, b: Bundle) -> InstanceReport:
     v, findings = _judge(rules, b)
     start, end = b.window()
+    notes = restart_notes(b)
     return InstanceReport(name, v, findings, [i.to_dict() for i in b.inputs], {"start": start, "end": end},
-                          notes=restart_notes(b))
+                          notes=notes, charts=build_charts(b, findings, notes))
 
 
 _POOL_RULES: list = []
@@ -238,6 +241,7 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
                     instances=instances)
     if len(instances) == 1:  # one server: its report is the text report, so its notes must show there too
         report.notes += instances[0].notes
+        report.charts = instances[0].charts
     failed = [i.instance for i in instances if i.error]
     if failed:
         report.notes.append(f"{len(failed)} of {len(instances)} server(s) could not be read: {', '.join(failed)}")

@@ -222,7 +222,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--step", type=DURATION, default="15s", show_default=True, help="Resolution of the range queries.")
 @_http_options
 @click.option("--progress/--no-progress", default=None, help="Progress line while scraping (default: on a terminal).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the report here instead of standard output.")
 @click.option("--width", type=click.IntRange(40, 1000), default=None, metavar="N", help="Wrap the text report at N "

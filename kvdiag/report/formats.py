@@ -1,11 +1,12 @@
 """Every report format, by name: ``RENDERERS[fmt](report)``. Each renderer's output passes
-:func:`kvdiag.redaction.redact` (JSON: every string before it is serialised)."""
+:func:`kvdiag.redaction.redact` (JSON: every string before it is serialised; HTML: every text before it is escaped)."""
 
 from __future__ import annotations
 
 import json
 
 from ..redaction import redact
+from .html import render_html
 from .markdown import render_markdown
 from .model import Report
 from .render import render_text
@@ -39,5 +40,6 @@ def _redacted(render):
     return run
 
 
-RENDERERS = {"text": _redacted(render_text), "json": render_json, "markdown": _redacted(render_markdown)}
+RENDERERS = {"text": _redacted(render_text), "json": render_json, "markdown": _redacted(render_markdown),
+             "html": render_html}
 """``RENDERERS[fmt](report)``; the text renderer also takes ``width`` and ``color`` (see :func:`terminal_layout`)."""

@@ -14,6 +14,81 @@ quiet on evidence that was present (:func:`kvdiag.engine.evaluate.rules_out`).""
 
 
 @dataclass
+class Series:
+    """One time series of the window, for the charts and the text sparklines (never in ``--format json``).
+
+    ``t``: Unix seconds (UTC), increasing; ``v``: values in ``unit`` (``ratio`` 0-1, ``requests``, ``requests/s``,
+    ``tokens``, ``tokens/s``), at most :data:`MAX_POINTS` of them (longer series are thinned to the minimum and
+    maximum of each bucket, so a spike survives); ``source``: where the points came from (the first and last
+    sample's sources, or ``derived: …``).
+    """
+
+    key: str
+    label: str
+    unit: str
+    t: list[float]
+    v: list[float]
+    source: str = ""
+
+
+MAX_POINTS = 600
+"""Points kept per series (300 buckets × min and max): enough for a chart a page wide, a few kB of SVG each."""
+
+
+@dataclass
+class Marker:
+    """A moment to mark on the timeline: ``kind`` ``rule`` (a firing rule's evidence: ``label`` is its id,
+    ``severity`` its severity), ``restart`` (a counter fell, a new process start, a new engine start-up in a log),
+    ``cut`` (the window was cut short) or ``forecast_full`` (where CAP002's line reaches a full pool)."""
+
+    t: float
+    kind: str
+    label: str
+    severity: str = ""
+    source: str = ""
+
+
+@dataclass
+class MemoryStep:
+    """One line of the start-up memory budget, from the log's own memory lines: ``key`` (``gpu_total``,
+    ``budget``, ``weights``, ``activation_peak``, ``non_torch``, ``cudagraph``, ``kv_cache``, ``left_over``),
+    ``bytes`` (may be negative: a KV pool the budget could not hold) and its ``source`` (``log:FILE:LINE`` or
+    ``derived: …``)."""
+
+    key: str
+    label: str
+    bytes: float
+    source: str
+
+
+@dataclass
+class Charts:
+    """What the pictures need, from the bundle the report was judged on (built by :mod:`kvdiag.timeline`):
+
+    * ``series``: by key (``kv_cache_usage``, ``num_requests_running``, ``num_requests_waiting``,
+      ``preemptions_per_second``, ``prefix_cache_hit_rate``, ``prefix_cache_hits_per_second``,
+      ``prefix_cache_queries_per_second``, ``kv_demand_tokens``);
+    * ``pool_tokens``: the pool in tokens (``kv_capacity_tokens``), for the demand chart; ``None`` if unknown;
+    * ``markers``: :class:`Marker` list; ``forecast``: CAP002's line ``{"t0", "v0", "t1", "v1", "eta_seconds"}``
+      (usage at ``t0`` → 1.0 at ``t1``) when CAP002 fires, else ``None``;
+    * ``startup``: :class:`MemoryStep` list of one start-up (the OOM's, else the last with memory lines), in
+      budget order; ``oom``: the CUDA OOM of that start-up, ``{"tried", "free", "total", "allocated",
+      "in_use", "other_processes", "phase", "source", "t"}`` (bytes; a value the log did not print is ``None``);
+      ``startup_note``: which start-up it is when the log had several.
+
+    Not part of the JSON contract: ``--format json`` leaves it out (thousands of points would bury the diagnosis).
+    """
+
+    series: dict = field(default_factory=dict)
+    pool_tokens: float | None = None
+    markers: list = field(default_factory=list)
+    forecast: dict | None = None
+    startup: list = field(default_factory=list)
+    oom: dict | None = None
+    startup_note: str = ""
+
+
+@dataclass
 class InstanceReport:
     """The diagnosis of one server among several (several ``--metrics-url``, or a fleet).
 
@@ -28,6 +103,7 @@ class InstanceReport:
     window: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    charts: Charts | None = None  # the series and start-up budget for the pictures; not in to_dict (JSON)
 
     def rank(self) -> tuple:
         """Sort key, worst first: severity, then could-not-judge before healthy, then the name."""
@@ -53,6 +129,7 @@ class Report:
     window: dict
     notes: list[str] = field(default_factory=list)
     instances: list[InstanceReport] = field(default_factory=list)
+    charts: Charts | None = None  # the series and start-up budget for the pictures; not in to_dict (JSON)
 
     @property
     def exit_code(self) -> int:

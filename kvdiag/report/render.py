@@ -219,6 +219,8 @@ def _one(out: _Text, report: Report) -> None:
     kind = ", a forecast: not yet happened" if v.forecast else ""
     out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence}{kind})")
     out.para(v.summary, "  ")
+    for line in trend_lines(report.charts, out.width):
+        out.line((line, None))
     fired, side_notes = split_notes(report)
     for f in fired:
         out.blank()
@@ -253,6 +255,80 @@ def _one(out: _Text, report: Report) -> None:
         out.para(f"window: {w['start']} .. {w['end']}", "  ")
     for n in report.notes:
         out.para(f"note: {n}", "  ")
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+"""Eight levels, lowest to highest (U+2581..U+2588: one column each, also where ``cells`` measures)."""
+SPARK_MAX = 48  # characters of one sparkline at most: a trend, not a chart
+TRENDS = (("kv_cache_usage", "KV usage", "max"), ("num_requests_waiting", "waiting", "max"),
+          ("prefix_cache_hit_rate", "hit rate", "mean"))
+"""The series with a sparkline under the verdict: key, label, how points that share a character combine (peaks of
+usage and queue survive; the hit rate is averaged)."""
+
+
+def sparkline(t: list[float], v: list[float], n: int, combine: str = "max", top: float | None = None) -> str:
+    """``v`` as at most ``n`` characters of :data:`SPARK`: one per point when they fit, else the window cut into
+    ``n`` equal stretches of time (a stretch with no sample is a space: a gap, a restart), scaled 0 .. ``top``
+    (default the largest value; ratios pass 1)."""
+    if not v:
+        return ""
+    if len(v) <= n:
+        cells_ = [[x] for x in v]
+    else:
+        lo, hi = t[0], t[-1]
+        cells_ = [[] for _ in range(n)]
+        for ti, x in zip(t, v):
+            cells_[min(n - 1, int((ti - lo) / (hi - lo) * n)) if hi > lo else 0].append(x)
+    top = max(v) if top is None else top
+    out = []
+    for c in cells_:
+        if not c:
+            out.append(" ")
+            continue
+        x = max(c) if combine == "max" else sum(c) / len(c)
+        k = 0 if top <= 0 else int(round(max(0.0, min(1.0, x / top)) * (len(SPARK) - 1)))
+        out.append(SPARK[k])
+    return "".join(out)
+
+
+def _clock(t: float, day: bool) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%m-%d %H:%M:%S" if day else "%H:%M:%S")
+
+
+def trend_lines(charts, width: int) -> list[str]:
+    """One line per key series of the window (:data:`TRENDS`, with at least two timestamped points): label,
+    sparkline, then the first and last value with their UTC times and the peak. At most ``width`` columns: when the
+    values do not fit beside the sparkline they go to the next line."""
+    if charts is None:
+        return []
+    rows = []
+    for key, label, combine in TRENDS:
+        s = charts.series.get(key)
+        if s is None or len(s.v) < 2:
+            continue
+        ratio = s.unit == "ratio"
+        fmt = (lambda x: f"{x:.1%}") if ratio else (lambda x: f"{x:,.0f}")
+        day = _clock(s.t[0], True)[:5] != _clock(s.t[-1], True)[:5]
+        peak = max(s.v) if combine == "max" else min(s.v)
+        vals = (f"{fmt(s.v[0])} {_clock(s.t[0], day)} → {fmt(s.v[-1])} {_clock(s.t[-1], day)}"
+                f" ({'peak' if combine == 'max' else 'low'} {fmt(peak)})")
+        rows.append((f"  {label:<9} ", s, combine, 1.0 if ratio else None, vals))
+    if not rows:
+        return []
+    # one sparkline width for all (they share the window's time axis), the values beside them if they fit
+    room = width - max(cells(h) + 2 + cells(vals) for h, _, _, _, vals in rows)
+    n = min(SPARK_MAX, room) if room >= 12 else min(SPARK_MAX, width - max(cells(r[0]) for r in rows))
+    out = []
+    for head, s, combine, top, vals in rows:
+        spark = sparkline(s.t, s.v, max(1, n), combine, top)
+        if room >= 12:
+            out.append(f"{head}{spark}  {vals}")
+        else:
+            out.append(f"{head}{spark}")
+            out += _fill(_words(vals), width, " " * 12, " " * 12)
+    return out
 
 
 def _ruled_out(out: _Text, report: Report) -> None:
@@ -293,7 +369,8 @@ def _servers(out: _Text, report: Report) -> None:
     for i in insts:
         out.blank()
         out.line((f"=== {i.instance} " + "=" * max(3, out.width - cells(i.instance) - 5), "head"))
-        _one(out, Report(verdict=i.verdict, findings=i.findings, inputs=i.inputs, window=i.window, notes=i.notes))
+        _one(out, Report(verdict=i.verdict, findings=i.findings, inputs=i.inputs, window=i.window, notes=i.notes,
+                         charts=i.charts))
     if report.notes:
         out.blank()
         for n in report.notes:
