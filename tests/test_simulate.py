@@ -303,7 +303,7 @@ def test_from_metrics_fits_the_step_time_when_none_is_given():
     assert abs(row["preemptions"] - tp["totals"]["preemptions"]) <= 0.3 * tp["totals"]["preemptions"]
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 
 @st.composite
@@ -323,8 +323,11 @@ def workloads(draw):
     return reqs, s, draw(st.sampled_from([None, 30.0]))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(workloads())
+# found by a random run: a prompt of one token admitted to a pool too small for its whole sequence (never fits)
+@example(([Request(0.0, 1, 2, id=0)], Setting(num_gpu_blocks=2, block_size=1, max_num_seqs=1, max_num_batched_tokens=8,
+                                              enable_prefix_caching=False, max_model_len=700), None))
 def test_fast_forward_is_the_step_by_step_run_and_outcomes_are_sane(w):
     reqs, s, dur = w
     fast = simulate(reqs, s, COST, duration_s=dur)

@@ -682,6 +682,12 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
     res.requests_submitted = pend
     res.requests_finished = finished
     res.requests_unfinished = pend - finished
+    # a request whose whole sequence (prompt + output but the last token, which is sampled and never cached) needs more
+    # blocks than the pool has can never finish there, even when its prompt was admitted: it decodes until the pool is
+    # full, is preempted and comes back (vLLM livelocks on it the same way); it counts as never fitting
+    for r in reqs[:pend]:
+        if r.finished_at != r.finished_at and -(-min(r.prompt + r.target - 1, mml) // bs) > total_usable:
+            never_fit.add(r.idx)
     res.requests_never_fit = len(never_fit)
     res.engine_steps = steps
     res.simulated_seconds = sim_time
