@@ -8,10 +8,18 @@ the signal had across versions (``{__name__=~"vllm[:_](kv|gpu)_cache_usage_perc"
 log events are dropped from an ``any`` (PromQL cannot see logs) and named in a comment; rules that need logs,
 derived signals or the capacity model are listed in comments instead of being exported wrongly.
 
-Semantics match kvdiag's engine for a window ``W`` (default 5m): ``agg_over_time(metric[W])``, engines
-combined by ``max`` for ratios and ``sum`` for counts (as the collector does), thresholds as in the rule's
-``params``. A missing series makes a PromQL comparison empty (false), which matches ``if_missing: false``;
+Semantics match kvdiag's engine for a window ``W`` (default 5m): ``agg_over_time(metric[W])``, series combined
+by ``max`` for ratios and ``sum`` for counts, ``by (job, instance, model_name, engine)`` (:data:`IDENTITY`: the
+alert keeps the labels an Alertmanager routes on; an instance with several engines is judged per engine, where
+kvdiag combines them), thresholds as in the rule's ``params``. A missing series makes a PromQL comparison empty
+(false), which matches ``if_missing: false``; ``if_missing: true`` becomes ``unless`` of the opposite comparison;
 where kvdiag would say *unknown*, Prometheus stays quiet.
+
+Window facts (``prefix_cache_hit_rate_early``/``_late``/``_drop``, hits and queries per second and their ratios,
+the hit rate at low / high load) are recording rules (:func:`recording_rules`, ``level:metric:operations``) with the
+PromQL :mod:`kvdiag.collect.prometheus` asks at the window's end: the last third ``[W/3]``, the first third
+``[W/3] offset 2W/3``; V0's cumulative hit-rate gauge × prompt tokens through ``deriv`` over a subquery.
+Healthy look-alike notes become ``severity="info"`` alerts.
 
 Trend signals (rule CAP002, the forecast of a full pool) map onto PromQL's own regression over the trend window
 ``T`` = :data:`kvdiag.derive_trend.TREND_SECONDS` (5m, whatever ``--window`` says): ``kv_cache_usage_slope`` →
