@@ -122,6 +122,8 @@ def test_at_least_six_rules_keep_the_identity_labels_and_wait_their_window(expor
     assert fired and all(set(IDENTITY) <= set(e["exp_labels"]) for e in fired)
     tested = {t["name"].split()[0] for t in tests["tests"] if t["alert_rule_test"][0]["exp_alerts"]}
     assert {"CAP001", "CAP002", "PFX001", "PFX004", "OK002", "OK006"} <= tested, tested
+    quiet = {t["name"].split()[0] for t in tests["tests"] if not t["alert_rule_test"][0]["exp_alerts"]}
+    assert {"PFX002", "PFX003", "OK003"} <= quiet, quiet
 
 
 def test_for_can_be_set_for_every_alert(kvdiag):
