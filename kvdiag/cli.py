@@ -448,7 +448,7 @@ def rules_list(rules_dirs) -> None:
               help="Also write a 'promtool test rules' file built from the rules' cases.")
 @click.option("--window", type=Duration(max_seconds=366 * 86400), default="5m", show_default=True,
               help="Range of the *_over_time windows (at most 366d).")
-@click.option("--for", "for_", type=str, default="auto", show_default=True, metavar="DURATION|auto",
+@click.option("--for", "for_", type=str, default="auto", show_default=True, metavar="DURATION",
               help="'for:' of every alert (at most 366d); auto: each rule's own window (the shortest range it "
                    "reads).")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
