@@ -258,10 +258,8 @@ def _span(df: pd.DataFrame, bundle: Bundle, name: str) -> str:
 
 
 def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
-    rows = bundle.signal(name).dropna(subset=["value"])
-    if rows.empty:
-        return None
-    return float(rows["value"].iloc[-1]), str(rows["source"].iloc[-1])
+    """``(value, source)`` of the signal's last row with a value, or None (:meth:`Bundle.last`)."""
+    return bundle.last(name)
 
 
 def _load_split(bundle: Bundle) -> None:
