@@ -163,6 +163,15 @@ class Bundle:
             df = self._sig_frames[name] = _to_frame(rows)
         return df
 
+    def last(self, name: str) -> tuple[float, str] | None:
+        """``(value, source)`` of the signal's last row with a value (not NaN), in arrival order; None without one.
+        The same as the last row of ``signal(name).dropna(subset=["value"])``, without building the frame."""
+        for row in reversed(self._by_signal.get(name, ())):
+            v = row[3]
+            if v == v:
+                return float(v), str(row[5])
+        return None
+
     def has(self, name: str) -> bool:
         return name in self._by_signal
 

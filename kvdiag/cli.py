@@ -459,8 +459,9 @@ def rules_list(rules_dirs) -> None:
               help="Also write a 'promtool test rules' file built from the rules' cases.")
 @click.option("--window", type=Duration(max_seconds=366 * 86400), default="5m", show_default=True,
               help="Range of the *_over_time windows (at most 366d).")
-@click.option("--for", "for_", type=str, default="0m", show_default=True, metavar="DURATION",
-              help="'for:' of every alert (at most 366d).")
+@click.option("--for", "for_", type=str, default="auto", show_default=True, metavar="DURATION",
+              help="'for:' of every alert (at most 366d); auto: each rule's own window (the shortest range it "
+                   "reads).")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
 def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
     """Prometheus alerting rules for the rules PromQL can express (both vllm: and vllm_ names)."""
@@ -471,10 +472,10 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
     from .export import export_prometheus, promtool_tests, write_output
 
     try:
-        for_seconds = parse_duration(for_)
+        for_seconds = None if for_ == "auto" else parse_duration(for_)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
-    if for_seconds > 366 * 86400:
+    if for_seconds is not None and for_seconds > 366 * 86400:
         raise click.BadParameter(f"{for_!r} is too long: at most 366d", param_hint="--for")
 
     def promql_duration(seconds: float) -> str:  # whole units Prometheus reads: 36h, not 1.5d
@@ -485,7 +486,7 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
         return f"{int(seconds)}s" if float(seconds).is_integer() else f"{int(round(seconds * 1000))}ms"
 
     win = promql_duration(window)
-    for_ = promql_duration(for_seconds) if for_seconds else "0m"
+    for_ = None if for_seconds is None else promql_duration(for_seconds) if for_seconds else "0m"
     # build everything, then check and write the files, and only then print: an error leaves no half output
     for option, target in (("--out", out), ("--tests", tests_out)):
         if target and Path(target).is_dir():
@@ -498,11 +499,14 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
     if tests_out:
         dirs = [builtin_rules_dir()] + [Path(d) for d in rules_dirs]
         cases = [c for f in find_case_files(dirs) for c in load_cases(f)]
-        rule_file = str(Path(out).resolve()) if out else "kvdiag-rules.yml"
-        body, notes = promtool_tests(loaded, cases, rule_file, window=win, for_=for_)
+        # the tests check the expressions at a case's last sample: they read a copy of the rules with 'for: 0m'
+        test_rules = Path(tests_out).with_suffix(".rules.yml")
+        body, notes = promtool_tests(loaded, cases, str(test_rules.resolve()), window=win)
+        test_rules_text = export_prometheus(loaded, window=win, for_="0m")
     if out:
         write_output(out, text, "--out")
     if tests_out:
+        write_output(str(test_rules), test_rules_text, "--tests")
         write_output(tests_out, body, "--tests")
     if not out:
         click.echo(text, nl=False)

@@ -33,14 +33,8 @@ def increase(values: pd.Series) -> float:
 
 
 def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
-    rows = bundle.signal(name)
-    if rows.empty:
-        return None
-    rows = rows[rows["value"].notna()]
-    if rows.empty:
-        return None
-    r = rows.iloc[-1]
-    return float(r["value"]), str(r["source"])
+    """``(value, source)`` of the signal's last row with a value, or None (:meth:`Bundle.last`)."""
+    return bundle.last(name)
 
 
 def _thirds_rate(bundle: Bundle) -> tuple[float, float, str] | None:

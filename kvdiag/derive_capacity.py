@@ -17,13 +17,8 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 
 def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
-    rows = bundle.signal(name)
-    if rows.empty:
-        return None
-    rows = rows[rows["value"].notna()]
-    if rows.empty:
-        return None
-    return float(rows["value"].iloc[-1]), str(rows["source"].iloc[-1])
+    """``(value, source)`` of the signal's last row with a value, or None (:meth:`Bundle.last`)."""
+    return bundle.last(name)
 
 
 def derive_capacity(bundle: Bundle) -> None:

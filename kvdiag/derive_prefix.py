@@ -215,6 +215,10 @@ def _aligned(bundle: Bundle, names: tuple[str, ...]) -> pd.DataFrame:
     if any(f.empty for f in frames):
         return pd.DataFrame(columns=[*names, "_t", "_src"])
     timed = all(f["t"].notna().all() for f in frames)  # one kind of key for every column, or nothing joins
+    if timed:
+        fast = _aligned_unique_times(names, frames)
+        if fast is not None:
+            return fast
     for n, rows in zip(names, frames):
         key = rows["t"] if timed else _instant(rows).astype(str)
         last = rows.assign(_key=key).groupby("_key", sort=False).last()
@@ -229,15 +233,33 @@ def _aligned(bundle: Bundle, names: tuple[str, ...]) -> pd.DataFrame:
     return out.sort_values("_seq").drop(columns="_seq")
 
 
+def _aligned_unique_times(names: tuple[str, ...], frames: list[pd.DataFrame]) -> pd.DataFrame | None:
+    """:func:`_aligned` for signals whose rows have strictly increasing times (a Prometheus range query, a recording):
+    the same frame from sorted-array intersections instead of a group-by and joins per signal. None when some
+    signal's times repeat or go back (the general path then keeps the last row per instant)."""
+    times = [f["t"].to_numpy() for f in frames]
+    if any(len(t) > 1 and not (np.diff(t) > 0).all() for t in times):
+        return None
+    common = times[0]
+    for t in times[1:]:
+        common = common[np.isin(common, t, assume_unique=True)]
+    base = frames[0]
+    pos0 = np.searchsorted(times[0], common)
+    index = pd.Index(common, name="_key")
+    cols = {names[0]: base["value"].to_numpy()[pos0], "_t": base["t"].to_numpy()[pos0],
+            "_src": pd.Series(base["source"].to_numpy()[pos0], index=index, dtype=object)}
+    for n, f, t in zip(names[1:], frames[1:], times[1:]):
+        cols[n] = f["value"].to_numpy()[np.searchsorted(t, common)]
+    return pd.DataFrame(cols, index=index)
+
+
 def _span(df: pd.DataFrame, bundle: Bundle, name: str) -> str:
     return f"{df['_src'].iloc[0]} .. {df['_src'].iloc[-1]}" if len(df) else name
 
 
 def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
-    rows = bundle.signal(name).dropna(subset=["value"])
-    if rows.empty:
-        return None
-    return float(rows["value"].iloc[-1]), str(rows["source"].iloc[-1])
+    """``(value, source)`` of the signal's last row with a value, or None (:meth:`Bundle.last`)."""
+    return bundle.last(name)
 
 
 def _load_split(bundle: Bundle) -> None:

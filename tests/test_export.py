@@ -14,6 +14,12 @@ from kvdiag.engine.model import builtin_rules_dir, load_rules
 from kvdiag.export import exportable_alerts
 from services import PROMTOOL
 
+IDENTITY = ("job", "instance", "model_name", "engine")
+
+
+def _alerts(text: str) -> list[dict]:
+    return [r for g in yaml.safe_load(text)["groups"] for r in g["rules"] if "alert" in r]
+
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
@@ -72,7 +78,7 @@ def test_log_only_rules_are_named_in_comments_not_exported(exported):
     text = (exported / "kvdiag-rules.yml").read_text()
     assert "# WGT001 (weights_dont_fit): not exported" in text
     assert "# START001 (startup_kv_capacity): not exported" in text
-    rules = yaml.safe_load(text)["groups"][0]["rules"]
+    rules = _alerts(text)
     assert all(r["labels"]["kvdiag_class"] not in ("weights_dont_fit", "startup_kv_capacity") for r in rules)
     cap = next(r for r in rules if r["labels"]["kvdiag_rule"] == "CAP001")
     assert "vllm:kv_cache_usage_perc" in cap["expr"] and "vllm_kv_cache_usage_perc" in cap["expr"]
@@ -84,3 +90,43 @@ def test_export_durations_are_whole_promql_units_and_bounded(kvdiag):
     assert res.code == 0 and "for: 36h" in res.out and "[36h]" in res.out and "1.5d" not in res.out
     res = kvdiag("rules", "export", "--format", "prometheus", "--for", "99999999999d")
     assert res.code == 3 and "at most 366d" in res.err
+
+
+def test_at_least_six_rules_keep_the_identity_labels_and_wait_their_window(exported):
+    """Every alert aggregates by job, instance, model_name, engine (so an Alertmanager can route on them), 'for:'
+    comes from the rule's own window, annotations carry $value and the fix; the prefix rules read the recording
+    rules, named level:metric:operations."""
+    text = (exported / "kvdiag-rules.yml").read_text()
+    doc = yaml.safe_load(text)
+    alerts = _alerts(text)
+    ids = {a["labels"]["kvdiag_rule"] for a in alerts}
+    assert {"CAP001", "CAP002", "PFX001", "PFX002", "PFX003", "PFX004", "OK002", "OK003", "OK004", "OK006"} <= ids, ids
+    assert sum(1 for a in alerts if a["labels"]["severity"] != "info") >= 6
+    for a in alerts:
+        assert "by (instance)" not in a["expr"] and "on (instance)" not in a["expr"], a["alert"]
+        assert "by (job, instance, model_name, engine)" in a["expr"] or "instance_engine:" in a["expr"], a["alert"]
+        assert "$value" in a["annotations"]["value"] and a["annotations"]["fix"], a["alert"]
+        assert "vllm:" in a["expr"] or "instance_engine:" in a["expr"], a["alert"]
+    by_id = {a["labels"]["kvdiag_rule"]: a for a in alerts}
+    assert by_id["CAP001"]["for"] == "5m" and by_id["CAP002"]["for"] == "150s" and by_id["PFX001"]["for"] == "100s"
+    assert by_id["OK006"]["labels"]["severity"] == "info" and by_id["OK006"]["labels"]["kvdiag_class"] == "healthy"
+    records = [r for g in doc["groups"] for r in g["rules"] if "record" in r]
+    names = {r["record"] for r in records}
+    assert "instance_engine:vllm_prefix_cache_hit_ratio:rate100s_offset200s" in names
+    assert all(len(n.split(":")) == 3 for n in names)
+    assert all(("vllm:" in r["expr"] and "vllm_" in r["expr"]) or "instance_engine:" in r["expr"] for r in records)
+    assert "instance_engine:vllm_prefix_cache_hit_ratio:rate100s" in by_id["PFX001"]["expr"]
+    # the promtool tests expect the identity labels on every firing alert
+    tests = yaml.safe_load((exported / "kvdiag-rules.test.yml").read_text())
+    fired = [e for t in tests["tests"] for e in t["alert_rule_test"][0]["exp_alerts"]]
+    assert fired and all(set(IDENTITY) <= set(e["exp_labels"]) for e in fired)
+    tested = {t["name"].split()[0] for t in tests["tests"] if t["alert_rule_test"][0]["exp_alerts"]}
+    assert {"CAP001", "CAP002", "PFX001", "PFX004", "OK002", "OK006"} <= tested, tested
+    quiet = {t["name"].split()[0] for t in tests["tests"] if not t["alert_rule_test"][0]["exp_alerts"]}
+    assert {"PFX002", "PFX003", "OK003"} <= quiet, quiet
+
+
+def test_for_can_be_set_for_every_alert(kvdiag):
+    res = kvdiag("rules", "export", "--format", "prometheus", "--for", "2m")
+    assert res.code == 0
+    assert {a["for"] for a in _alerts(res.out)} == {"2m"}
