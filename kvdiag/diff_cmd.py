@@ -24,7 +24,8 @@ import click
 @click.option("--instance", default=None, metavar="NAME", help="The instance label to compare when a selector "
               "matches several.")
 @click.option("--step", default="15s", show_default=True, metavar="DURATION", help="Resolution of the range queries.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text",
+              show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the diff here instead of standard output.")
 @click.option("--fail-on-regression", is_flag=True,

@@ -1,5 +1,6 @@
-"""The finished result of ``kvdiag diff`` that its renderers consume (text, JSON, Markdown here; an HTML renderer can
-be added on the same object: it needs nothing but :class:`DiffResult` and its ``to_dict()``).
+"""The finished result of ``kvdiag diff`` that its renderers consume (text, JSON, Markdown in
+:mod:`kvdiag.report.diff_render`, HTML in :mod:`kvdiag.report.diff_html`): they need nothing but :class:`DiffResult`
+and its ``to_dict()``.
 
 Built by :func:`kvdiag.diff.diff_inputs`; imports nothing from ``collect/``.
 """

@@ -1,7 +1,7 @@
-"""Renderers of :class:`kvdiag.report.diff_model.DiffResult`: text, JSON, Markdown (``DIFF_RENDERERS[fmt](result)``).
+"""Renderers of :class:`kvdiag.report.diff_model.DiffResult`: text, JSON, Markdown, HTML
+(``DIFF_RENDERERS[fmt](result)``; the HTML page is :mod:`kvdiag.report.diff_html`).
 
-They consume the finished result and nothing else; every output passes :func:`kvdiag.redaction.redact`. An HTML
-renderer is added by writing one more function of a ``DiffResult`` and naming it here.
+They consume the finished result and nothing else; every output passes :func:`kvdiag.redaction.redact`.
 """
 
 from __future__ import annotations
@@ -193,5 +193,13 @@ def render_diff_json(result: DiffResult) -> str:
     return json.dumps(_redact_values(result.to_dict()), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-DIFF_RENDERERS = {"text": render_diff_text, "json": render_diff_json, "markdown": render_diff_markdown}
+def render_diff_html(result: DiffResult) -> str:
+    """One self-contained HTML page (:mod:`kvdiag.report.diff_html`; matplotlib is loaded only for it)."""
+    from .diff_html import render_diff_html as render
+
+    return render(result)
+
+
+DIFF_RENDERERS = {"text": render_diff_text, "json": render_diff_json, "markdown": render_diff_markdown,
+                  "html": render_diff_html}
 """``DIFF_RENDERERS[fmt](result)``; the text renderer also takes ``width``."""

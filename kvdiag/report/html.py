@@ -11,15 +11,11 @@ read ``$…$`` as mathtext). It reads the finished report (``report.charts``, :m
 
 from __future__ import annotations
 
-import html
-import io
 import math
-import re
 from datetime import timezone
 
-from .. import __version__
-from ..redaction import redact
 from .common import _fmt_value, headline_label, split_notes
+from .htmlpage import _RC, CSS, _e, _m, _svg, page  # noqa: F401 (CSS: the page's style sheet, named here too)
 from .model import Charts, Report, not_judged, ruled_out
 
 SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#e08a00", "ok": "#2e7d32", "unknown": "#7b1fa2"}
@@ -28,55 +24,6 @@ SECOND = "#d1495b"
 THIRD = "#6a994e"
 LEGEND = {"loc": "lower right", "bbox_to_anchor": (1.0, 1.0), "ncol": 4, "borderaxespad": 0.2}
 """Legends above the plot on the right, on the title's line: never over the data."""
-
-CSS = """
-:root { --crit: #c62828; --warn: #b26a00; --ok: #2e7d32; --unk: #7b1fa2; --ink: #1b1b1b; --soft: #5a5a5a; }
-* { box-sizing: border-box; }
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: var(--ink);
-       margin: 0 auto; max-width: 1100px; padding: 1.2em 1.5em 3em; background: #fff; }
-h1 { font-size: 1.5em; margin: 0.2em 0 0.3em; } h2 { font-size: 1.2em; margin: 1.6em 0 0.4em;
-     border-bottom: 1px solid #ddd; padding-bottom: 0.15em; } h3 { font-size: 1.05em; margin: 1.1em 0 0.3em; }
-.badge { display: inline-block; padding: 0.05em 0.5em; border-radius: 4px; color: #fff; font-weight: 700;
-         letter-spacing: 0.03em; }
-.critical { background: var(--crit); } .warning { background: var(--warn); } .ok { background: var(--ok); }
-.unknown { background: var(--unk); }
-.summary { font-size: 1.05em; margin: 0.4em 0 0.8em; }
-.meta { color: var(--soft); font-size: 0.9em; }
-code, .src { font: 0.86em/1.35 ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; overflow-wrap: anywhere; }
-table { border-collapse: collapse; width: 100%; margin: 0.4em 0 0.8em; font-size: 0.92em; }
-th, td { text-align: left; vertical-align: top; border-bottom: 1px solid #e4e4e4; padding: 0.25em 0.5em; }
-th { background: #f4f4f4; }
-td.num { text-align: right; white-space: nowrap; }
-figure { margin: 0.6em 0 1em; page-break-inside: avoid; break-inside: avoid; }
-figure svg { width: 100%; height: auto; display: block; }
-figcaption { color: var(--soft); font-size: 0.85em; }
-.finding { border-left: 4px solid #ccc; padding: 0.1em 0 0.1em 0.9em; margin: 1em 0; }
-.finding.sev-critical { border-color: var(--crit); } .finding.sev-warning { border-color: var(--warn); }
-.finding.sev-ok { border-color: var(--ok); }
-.multiples { display: grid; grid-template-columns: repeat(auto-fill, minmax(320px, 1fr)); gap: 0.6em; }
-.multiples figure { margin: 0; }
-details summary { cursor: pointer; }
-@media print {
-  body { max-width: none; padding: 0; font-size: 10.5pt; }
-  .badge { color: #000; background: none !important; border: 1.5px solid #000; }
-  a { color: inherit; text-decoration: none; }
-  h2 { break-after: avoid; page-break-after: avoid; }
-  .finding, tr { break-inside: avoid; page-break-inside: avoid; }
-  .multiples { grid-template-columns: 1fr 1fr; }
-  details { display: block; } details > * { display: block; }
-  @page { margin: 14mm 12mm; }
-}
-"""
-
-
-def _e(text) -> str:
-    """Report text for the page: redacted, then escaped (quotes too: safe in an attribute)."""
-    return html.escape(redact(str(text)), quote=True)
-
-
-def _m(text) -> str:
-    """Report text for a chart: redacted, ``$`` escaped against matplotlib's mathtext."""
-    return redact(str(text)).replace("$", r"\$")
 
 
 def format_bytes(n: float | None, gib: bool = False) -> str:
@@ -95,23 +42,6 @@ def format_bytes(n: float | None, gib: bool = False) -> str:
 
 # ------------------------------------------------------------------------------------------------
 # Charts (matplotlib → inline SVG)
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "kvdiag", "font.size": 9, "axes.titlesize": 10,
-       "axes.titlelocation": "left", "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-       "grid.color": "#e6e6e6", "grid.linewidth": 0.6, "legend.fontsize": 8, "legend.frameon": False,
-       "font.family": "DejaVu Sans", "svg.image_inline": True, "path.simplify": True}
-
-
-def _svg(fig) -> str:
-    """A figure as an ``<svg>`` element to inline: no XML prolog, doctype or metadata block, sized by CSS."""
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": f"kvdiag {__version__} (matplotlib)"})
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, count=1, flags=re.S)
-    text = re.sub(r'(<svg[^>]*?) width="[\d.]+pt" height="[\d.]+pt"', r'\1', text, count=1)
-    return text.strip()
-
-
 def _dates(ts):
     import numpy as np
 
@@ -559,11 +489,4 @@ def render_html(report: Report) -> str:
 
     with matplotlib.rc_context(_RC):
         body = _fleet(report) if len(report.instances) > 1 else _one(report)
-    title = f"kvdiag: {headline_label(report.verdict)} {report.verdict.primary}"
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-            "img-src data:\">"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body) +
-            f"\n<footer class=\"meta\"><p>kvdiag {_e(__version__)}</p></footer>"
-            "\n</body></html>\n")
+    return page(f"kvdiag: {headline_label(report.verdict)} {report.verdict.primary}", body)

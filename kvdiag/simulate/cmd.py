@@ -223,6 +223,10 @@ def render_markdown(doc: dict) -> str:
 
 
 def render(doc: dict, fmt: str) -> str:
+    if fmt == "html":
+        from .html import render_html
+
+        return render_html(doc)
     if fmt == "json":
         return json.dumps(_redact_strings(doc), indent=2, allow_nan=False) + "\n"
     return redact(render_markdown(doc) if fmt == "markdown" else render_text(doc))
@@ -265,7 +269,8 @@ def render(doc: dict, fmt: str) -> str:
               metavar="N", help="Refuse a longer trace.")
 @click.option("--max-steps", default=20_000_000, show_default=True, type=click.IntRange(1, 10**9), metavar="N",
               help="Stop with an error past this many engine steps per setting.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text",
+              show_default=True)
 @click.option("--output", default=None, type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write the table here instead of standard output.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
