@@ -165,6 +165,16 @@ _FIELD_MAX = {"num_hidden_layers": 100_000, "num_attention_heads": 1_000_000, "n
               "sliding_window": 1 << 40, "max_position_embeddings": 1 << 40}
 
 
+def _int_text(value: int) -> str:
+    from .numbers import int_text
+
+    return int_text(value)
+
+
+def _num_text(value: float) -> str:
+    return _int_text(value) if isinstance(value, int) else "%.6g" % value
+
+
 def check_config_numbers(config: Any) -> None:
     """Reject numbers no config.json field can mean: NaN, ±Infinity (also ``1e400``, which JSON parsers read as
     infinity) and integers beyond 2**53 anywhere in the document, and a ``text_config`` that is not an object.
@@ -185,7 +195,7 @@ def check_config_numbers(config: Any) -> None:
         elif isinstance(node, float) and not math.isfinite(node):
             raise InputError(f"config: field {where} = {node!r}: expected a finite number")
         elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_CONFIG_INT:
-            raise InputError(f"config: field {where} = {'%.3g' % node}: expected a number below 2**53")
+            raise InputError(f"config: field {where} = {_int_text(node)}: expected a number below 2**53")
     if isinstance(config, Mapping):
         text = config.get("text_config")
         if text is not None and not isinstance(text, Mapping):
@@ -216,10 +226,10 @@ def _int_field(
             value = cfg[name]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value != int(value):
-                raise InputError(f"config: field {name} = {value!r}: expected an integer")
+                raise InputError(f"config: field {name} = {str(value)[:40]!r}: expected an integer")
             hi = _FIELD_MAX.get(names[0], MAX_CONFIG_INT)
             if not (0 <= value if zero_ok else 0 < value) or value > hi:
-                raise InputError(f"config: field {name} = {'%.6g' % value}: expected a "
+                raise InputError(f"config: field {name} = {_num_text(value)}: expected a "
                                  f"{'non-negative' if zero_ok else 'positive'} integer"
                                  + (f" up to {hi:,}" if value > 0 else ""))
             return int(value)
@@ -304,7 +314,10 @@ def _layer_kinds(cfg: Mapping[str, Any], num_layers: int, notes: list[str]) -> t
     # 4. Kimi-Linear: 1-based layer lists.
     lin = cfg.get("linear_attn_config")
     if isinstance(lin, Mapping) and lin.get("kda_layers"):
-        kda = {int(i) for i in lin["kda_layers"]}
+        if not isinstance(lin["kda_layers"], list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in lin["kda_layers"]):
+            raise InputError("config: field linear_attn_config.kda_layers: expected a list of layer numbers")
+        kda = set(lin["kda_layers"])
         return [LAYER_LINEAR if (i + 1) in kda else LAYER_FULL for i in range(num_layers)], None
 
     # 5. Qwen3-Next / Qwen3.5: every n-th layer is full attention, the rest Gated DeltaNet.
@@ -426,21 +439,20 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
             heads, hdim = lin.get("num_heads"), lin.get("head_dim")
             conv = lin.get("short_conv_kernel_size", 4)
             if isinstance(heads, int) and isinstance(hdim, int):
-                state_dims = dict(num_heads=heads, head_dim=hdim, conv_kernel=int(conv))
+                state_dims = dict(num_heads=heads, head_dim=hdim,
+                                  conv_kernel=_int_field({"short_conv_kernel_size": conv}, "short_conv_kernel_size"))
             else:
                 notes.append("KDA state dims missing (linear_attn_config.num_heads/head_dim): give --block-size")
         elif gdn is not None:
             state_kind = "gated_delta_net"
-            try:
-                state_dims = dict(
-                    num_k_heads=int(gdn["linear_num_key_heads"]),
-                    num_v_heads=int(gdn["linear_num_value_heads"]),
-                    head_k_dim=int(gdn["linear_key_head_dim"]),
-                    head_v_dim=int(gdn["linear_value_head_dim"]),
-                    conv_kernel=int(gdn["linear_conv_kernel_dim"]),
-                )
-            except KeyError as exc:
-                raise InputError(f"config: missing field {exc.args[0]} (Gated DeltaNet state size)") from None
+            purpose = "the Gated DeltaNet state size"
+            state_dims = dict(
+                num_k_heads=_int_field(gdn, "linear_num_key_heads", purpose=purpose),
+                num_v_heads=_int_field(gdn, "linear_num_value_heads", purpose=purpose),
+                head_k_dim=_int_field(gdn, "linear_key_head_dim", purpose=purpose),
+                head_v_dim=_int_field(gdn, "linear_value_head_dim", purpose=purpose),
+                conv_kernel=_int_field(gdn, "linear_conv_kernel_dim", purpose=purpose),
+            )
         else:
             notes.append("linear-attention layers without state dims: give --block-size")
             state_kind = "linear"
