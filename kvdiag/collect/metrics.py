@@ -37,6 +37,7 @@ from urllib3.util.retry import Retry
 
 from ..bundle import Bundle, InputInfo, iso
 from ..errors import InputError, ScrapeError
+from ..numbers import finite_float, unix_seconds
 from ..redaction import redact
 from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
 
@@ -157,8 +158,36 @@ class PageInfo:
         return out
 
 
-def _le(raw: str) -> str:
-    return "inf" if raw in ("+Inf", "Inf", "inf") else repr(float(raw))
+def _le(raw: str) -> str | None:
+    """A bucket's ``le`` label as the bundle's text (``repr`` of the bound, ``inf``), ``None`` when it is no number."""
+    if raw in ("+Inf", "Inf", "inf"):
+        return "inf"
+    bound = finite_float(raw)
+    return None if bound is None else repr(bound)
+
+
+def _sample_value(value) -> float:
+    """A sample's value as a float; an OpenMetrics integer too large for a float becomes ±Inf (then skipped as out
+    of its domain), never an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _sample_time(sample, t: float | None) -> tuple[bool, float | None]:
+    """``(ok, seconds)``: the sample's own timestamp when it is Unix seconds 1970..2200 (a date that can be printed),
+    else the page's ``t``; ``ok`` is False for a timestamp outside that range (1e20, NaN, -1e17)."""
+    if sample.timestamp is None:
+        return True, t
+    try:
+        raw = float(sample.timestamp)
+    except (TypeError, ValueError, OverflowError):
+        return False, None
+    ts = unix_seconds(raw)
+    return ts is not None, ts
 
 
 def _out_of_domain(signal: str, value: float) -> str:
@@ -204,13 +233,18 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     for fam in families:
         for s in fam.samples:
             name = s.name
+            if name != "process_start_time_seconds" and not name.startswith(VLLM_PREFIXES):
+                continue
+            ok, ts = _sample_time(s, t)
+            if not ok:
+                key = "sample timestamp: not Unix seconds between 1970 and 2200"
+                info.dropped[key] = info.dropped.get(key, 0) + 1
+                continue
             if name == "process_start_time_seconds":  # restart evidence (kvdiag check --state)
-                bundle.add("process_start_time", float(s.value), f"metric:{name} in {origin}",
-                           t=float(s.timestamp) if s.timestamp is not None else t)
+                start = unix_seconds(_sample_value(s.value))
+                if start is not None:
+                    bundle.add("process_start_time", start, f"metric:{name} in {origin}", t=ts)
                 continue
-            if not name.startswith(VLLM_PREFIXES):
-                continue
-            ts = float(s.timestamp) if s.timestamp is not None else t
             at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
             how, what = classify_metric(name)
             if how == "facts":
@@ -238,13 +272,17 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                 signal = f"{what}_{suffix}"
                 if suffix == "bucket":
                     text = _le(s.labels.get("le", "+Inf"))
+                    if text is None:
+                        key = f"{signal}: le label not a number"
+                        info.dropped[key] = info.dropped.get(key, 0) + 1
+                        continue
             else:
                 signal = what
                 if base == "num_requests_waiting_by_reason" and s.labels.get("reason") != "capacity":
                     continue
             if base == "kv_cache_usage_perc":
                 has_new_usage = True
-            value = float(s.value)
+            value = _sample_value(s.value)
             if signal == "prefix_cache_hit_rate_cumulative" and value == -1:
                 continue  # V0: -1 means prefix caching is off
             series_key = (name, tuple(sorted(s.labels.items())), ts)
