@@ -49,29 +49,38 @@ ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"  # OpenMetrics 1.0 from prom
 
 MAX_REDIRECTS = 5
 _SECRET_PARAM = re.compile(r"token|key|pass|pwd|secret|sig|auth|credential|session|cookie", re.I)
+"""Query names that look secret (kept for callers; :func:`safe_url` now hides every query value)."""
 
 
 def _safe_query(query: str) -> str:
-    """A query string with the values of secret-looking parameters replaced by ``***`` (``&`` and ``;`` both
-    separate parameters, as many servers read them)."""
+    """A query string with every value replaced by ``***``, whatever its name (``?jwt=…``, ``?x=…``): only the
+    names are shown (``&`` and ``;`` both separate parameters, as many servers read them)."""
     return "".join(
-        part if part in ("&", ";") or not _SECRET_PARAM.search(part.split("=", 1)[0]) else part.split("=", 1)[0] + "=***"
+        part if part in ("&", ";") or "=" not in part else part.split("=", 1)[0] + "=***"
         for part in re.split(r"([&;])", query))
 
 
+# where userinfo ends: the last '@' followed by a host (name, IPv4 or [IPv6]), an optional port, then / ? # or the end
+_AT_HOST = re.compile(r"@(?=(?:[A-Za-z0-9_.~-]+|\[[0-9A-Fa-f:.]+\])(?::\d*)?(?:[/?#]|$))")
+
+
 def safe_url(url: str) -> str:
-    """``url`` fit to show or to use as an instance label: no ``user:password@``, the values of
-    secret-looking query parameters (token, key, password, secret, sig, auth, ...) replaced by ``***``,
-    no fragment. Also for a URL that does not parse (``http://[::1/…``) or lacks its scheme
-    (``user:pw@host:9090/metrics``): the credentials are cut by position, never echoed."""
-    text = str(url).split("#", 1)[0]
-    head, qmark, query = text.partition("?")
-    scheme, sep, rest = head.partition("://")
-    if not sep:  # no scheme ('//host/…' or 'host/…'): the authority, if any, comes before the next '/'
-        scheme, sep, rest = ("", "//", head[2:]) if head.startswith("//") else ("", "", head)
-    authority, slash, path = rest.partition("/")
-    authority = authority.rsplit("@", 1)[-1]
-    return f"{scheme.lower()}{sep}{authority}{slash}{path}" + (qmark + _safe_query(query) if query else "")
+    """``url`` fit to show or to use as an instance label: no ``user:password@`` (also a password holding ``#``,
+    ``?`` or ``/``, which a URL parser would take for the path or query), every query value replaced by ``***``
+    (only the names are shown), no fragment. Also for a URL that does not parse (``http://[::1/…``) or lacks its
+    scheme (``user:pw@host:9090/metrics``): the credentials are cut by position, never echoed."""
+    text = str(url)
+    scheme, sep, rest = text.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        scheme, sep, rest = ("", "//", text[2:]) if text.startswith("//") else ("", "", text)
+    ats = list(_AT_HOST.finditer(rest))
+    if ats:  # user:password@host: everything before the last '@' that precedes a host is userinfo
+        rest = rest[ats[-1].end():]
+    elif "@" in rest.split("/", 1)[0]:
+        rest = rest.split("/", 1)[0].rsplit("@", 1)[-1] + ("/" + rest.split("/", 1)[1] if "/" in rest else "")
+    rest = rest.split("#", 1)[0]
+    head, qmark, query = rest.partition("?")
+    return f"{scheme.lower()}{sep}{head}" + (qmark + _safe_query(query) if query else "")
 
 
 def quote_line(line: str, limit: int = 80) -> str:
