@@ -576,6 +576,24 @@ def run_with_deadline(fn, timeout: float, on_timeout: str, cancel=None):
     return box["result"]
 
 
+# what urllib3 / http.client say when the TCP connection stood but the bytes that came back were no HTTP answer
+_NOT_HTTP = (("badstatusline", "the reply is not HTTP"), ("got more than", "a reply header line is too long"),
+             ("line too long", "a reply header line is too long"), ("too many headers", "too many reply headers"),
+             ("remotedisconnected", "the server closed the connection without an answer"),
+             ("remote end closed", "the server closed the connection without an answer"),
+             ("connection reset", "the server reset the connection"),
+             ("connection aborted", "the reply is not HTTP"))
+
+
+def _connected_but(msg: str) -> str:
+    """'connected, but …' when ``msg`` (a requests ConnectionError, lower case) shows the connection was made;
+    else 'cannot connect'."""
+    for needle, what in _NOT_HTTP:
+        if needle in msg:
+            return f"connected, but {what}"
+    return "cannot connect"
+
+
 def _same_origin(a: str, b: str) -> bool:
     pa, pb = urlsplit(a), urlsplit(b)
     if pa.hostname != pb.hostname:
@@ -634,7 +652,7 @@ def _get(session, url, timeout, params, accept, max_bytes, what, state) -> tuple
             if "read timed out" in msg:  # urllib3 wraps a read timeout in MaxRetryError when retries are spent
                 raise ScrapeError(f"{shown}: no answer within {timeout:g}s") from None
             reason = "connection refused" if "refused" in msg else (
-                f"connection timed out after {timeout:g}s" if "timed out" in msg else "cannot connect")
+                f"connection timed out after {timeout:g}s" if "timed out" in msg else _connected_but(msg))
             raise ScrapeError(f"{shown}: {reason}") from None
         except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema,
                 requests.exceptions.InvalidURL):
