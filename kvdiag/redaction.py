@@ -16,8 +16,8 @@ _SECRET_PATTERNS = [
     # api_key='x', "api_key": "x", 'api_key': ['x', 'y'], HF_TOKEN=x, hf_token: x, password=..., Authorization: x
     re.compile(r"(?i)(\b[\w-]*" + _SECRET_KEY + r"['\"]?\s*[:=]\s*)" + _SECRET_VALUE),
     re.compile(r"(?i)(\bBearer\s+)([A-Za-z0-9._~+/=-]+)"),
-    # the password of URL userinfo: scheme://user:PASSWORD@host (a password may hold '/', '?' or '#')
-    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]*:)([^\s@'\"]+)(?=@)"),
+    # the password of URL userinfo: scheme://user:PASSWORD@host (up to the last '@': a password may hold / ? # @)
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]*:)([^\s'\"]+)(?=@)"),
     # names with a SECRET / PASSWORD / KEY / CREDENTIAL word in them (AWS_SECRET_ACCESS_KEY=, AWS_ACCESS_KEY_ID=,
     # SECRET_KEY=, OPENAI_API_KEY=, db_password_file: …): whole underscore-separated words only, so settings such as
     # max_num_batched_tokens or monkey_patch stay

@@ -71,7 +71,10 @@ EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w]*\.)*(?P<type>[A-Z]\w*(?:Error|Excep
 
 def size_bytes(number: str, unit: str) -> float:
     """``"1002.00", "MiB"`` → bytes. Units as PyTorch and vLLM print them (GiB, MiB, KiB, bytes, GB)."""
-    return float(number) * _UNITS[unit.upper()]
+    scale = _UNITS.get(unit.upper())
+    if scale is None:  # a case-insensitive pattern also matches look-alikes ('ı', 'K' Kelvin): not a unit kvdiag knows
+        raise ValueError(f"unit {unit!r}")
+    return float(number) * scale
 
 
 @dataclass

@@ -60,10 +60,6 @@ def _safe_query(query: str) -> str:
         for part in re.split(r"([&;])", query))
 
 
-# where userinfo ends: the last '@' followed by a host (name, IPv4 or [IPv6]), an optional port, then / ? # or the end
-_AT_HOST = re.compile(r"@(?=(?:[A-Za-z0-9_.~-]+|\[[0-9A-Fa-f:.]+\])(?::\d*)?(?:[/?#]|$))")
-
-
 def safe_url(url: str) -> str:
     """``url`` fit to show or to use as an instance label: no ``user:password@`` (also a password holding ``#``,
     ``?`` or ``/``, which a URL parser would take for the path or query), every query value replaced by ``***``
@@ -73,11 +69,9 @@ def safe_url(url: str) -> str:
     scheme, sep, rest = text.partition("://")
     if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
         scheme, sep, rest = ("", "//", text[2:]) if text.startswith("//") else ("", "", text)
-    ats = list(_AT_HOST.finditer(rest))
-    if ats:  # user:password@host: everything before the last '@' that precedes a host is userinfo
-        rest = rest[ats[-1].end():]
-    elif "@" in rest.split("/", 1)[0]:
-        rest = rest.split("/", 1)[0].rsplit("@", 1)[-1] + ("/" + rest.split("/", 1)[1] if "/" in rest else "")
+    if "@" in rest:  # user:password@host: everything before the last '@' is userinfo (a password may hold '@', '?',
+        # '#' or '/'; a query value holding '@' is cut too: the URL shown is shorter, never a secret)
+        rest = rest.rsplit("@", 1)[-1]
     rest = rest.split("#", 1)[0]
     head, qmark, query = rest.partition("?")
     return f"{scheme.lower()}{sep}{head}" + (qmark + _safe_query(query) if query else "")

@@ -99,7 +99,7 @@ def spec_ok(spec: str) -> bool:
     m = _SPEC.match(spec)
     if not m:
         return False
-    return all(int(m.group(g) or 0) <= MAX_SPEC_NUMBER for g in ("width", "prec"))
+    return all(len(m.group(g) or "") <= 4 and int(m.group(g) or 0) <= MAX_SPEC_NUMBER for g in ("width", "prec"))
 
 
 def check_template(template: str, path: str, key: str, params: dict) -> None:
@@ -241,7 +241,10 @@ def bounded_yaml(path: str, text: str | None = None, what: str = "a YAML rule fi
             raise _err(path, f"not UTF-8 text (byte {exc.start}); expected {what}") from None
     elif len(text) > MAX_YAML_BYTES:
         raise _err(path, f"larger than the {MAX_YAML_BYTES // 1024} KiB kvdiag reads for {what}")
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:  # the reader refuses control characters before parsing starts
+        raise _err(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -252,6 +255,8 @@ def bounded_yaml(path: str, text: str | None = None, what: str = "a YAML rule fi
         raise _err(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:
         raise _err(path, "YAML nested too deeply") from None
+    except (ValueError, OverflowError) as exc:  # an integer of 4,300+ digits, a date out of range
+        raise _err(path, f"a value YAML cannot build: {str(exc).split(':')[0][:80]}") from None
     finally:
         loader.dispose()
 
