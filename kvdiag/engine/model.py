@@ -211,6 +211,7 @@ def _str_list(raw, path: str, key: str) -> list[str]:
     return list(raw)
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: the same nodes, 10x faster
 MAX_YAML_BYTES = 1024 * 1024  # a rule or case file is a few KB; more is not a rule file
 MAX_YAML_NODES = 100_000  # YAML nodes after alias expansion (a rule has a few hundred)
 MAX_YAML_DEPTH = 64  # nesting of YAML collections
@@ -242,7 +243,7 @@ def bounded_yaml(path: str, text: str | None = None, what: str = "a YAML rule fi
     elif len(text) > MAX_YAML_BYTES:
         raise _err(path, f"larger than the {MAX_YAML_BYTES // 1024} KiB kvdiag reads for {what}")
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _YAML_LOADER(text)
     except yaml.YAMLError as exc:  # the reader refuses control characters before parsing starts
         raise _err(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
     try:
