@@ -1,51 +1,20 @@
-"""Numbers read from inputs, parsed in one place per input kind, each with its domain.
+"""Numbers read from /metrics pages, recordings and config.json files, each with its domain.
 
-A number that is not one (``1.2.3``, ``.``, ``,``), has thousands of digits, or lies outside what a field can mean is
-refused here (``None`` or :class:`NumberError`), never turned into an exception inside a collector.
+A value that is no number, has thousands of digits, or lies outside what a field can mean is refused here (``None``
+or :class:`NumberError`), never turned into an exception inside a collector. (Log numbers are checked where the log
+collector adds them: ``kvdiag.collect.logs``, ``MAX_LOG_VALUE``.)
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 
 MAX_DIGITS = 40  # digits of a number kvdiag reads from a log, page or config (a float has 17 significant ones)
-# one decimal number as logs and pages print it: 12, -3, 1.5, .5, 1e9, 1,234 (thousands separators), 12%
-_DECIMAL = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d{1,3})?")
 
 
 class NumberError(ValueError):
     """A number an input gave that kvdiag cannot use (the message says why)."""
-
-
-def log_number(text: str, lo: float = -math.inf, hi: float = math.inf) -> float | None:
-    """A number printed in a log line as a finite float in ``[lo, hi]``, else ``None``.
-
-    Accepts ``12``, ``-3``, ``1.5``, ``.5``, ``1e9``, ``1,234.5`` (thousands separators) and a trailing ``%`` is
-    *not* stripped (the caller's pattern owns units). Refuses ``1.2.3``, ``.``, ``,``, empty text, more than
-    ``MAX_DIGITS`` digits, NaN/Inf and values outside ``[lo, hi]``.
-    """
-    if not isinstance(text, str):
-        return None
-    s = text.strip()
-    if not s or len(s) > MAX_DIGITS + 8 or not _DECIMAL.fullmatch(s) or not any(c.isdigit() for c in s):
-        return None
-    try:
-        x = float(s.replace(",", ""))
-    except (ValueError, OverflowError):
-        return None
-    if not math.isfinite(x) or not lo <= x <= hi:
-        return None
-    return x
-
-
-def log_int(text: str, lo: int = 0, hi: int = 1 << 62) -> int | None:
-    """A whole number printed in a log line (``1234`` / ``1,234``) in ``[lo, hi]``, else ``None``."""
-    x = log_number(text, lo, hi)
-    if x is None or x != int(x):
-        return None
-    return int(x)
 
 
 def finite_float(value, lo: float = -math.inf, hi: float = math.inf) -> float | None:
