@@ -247,3 +247,12 @@ def test_refused_is_still_refused():
     s.close()
     res = run_kvdiag("analyze", "--metrics-url", f"http://127.0.0.1:{port}/metrics", "--timeout", "2s")
     _one_error(res, "connection refused")
+
+
+@pytest.mark.parametrize("label", ["jwt", "token", "note", "url"])
+def test_recording_parse_error_quotes_no_label_value_secret(tmp_path, label):
+    p = tmp_path / "rec.prom"
+    p.write_text('vllm:num_requests_running{engine="0",%s="SeKr1tLbl"} oops 1700000001\n# EOF\n' % label)
+    res = run_kvdiag("analyze", "--metrics-file", str(p))
+    _one_error(res, "not Prometheus OpenMetrics", f'{label}="***"')
+    assert "SeKr1tLbl" not in res.err + res.out

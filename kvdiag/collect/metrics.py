@@ -77,9 +77,16 @@ def safe_url(url: str) -> str:
     return f"{scheme.lower()}{sep}{head}" + (qmark + _safe_query(query) if query else "")
 
 
+# label values a refused page line may show (they locate the error and hold no secret); every other one is ***
+_SHOWN_LABELS = {"le", "quantile", "engine", "model_name", "reason", "finished_reason", "pid"}
+_LABEL = re.compile(r'\b([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\\n]|\\.)*)"')
+
+
 def quote_line(line: str, limit: int = 80) -> str:
-    """A line of an input, redacted (:func:`kvdiag.redaction.redact`) and cut to ``limit`` characters, quoted."""
-    text = redact(line.strip())
+    """A line of an input, redacted (:func:`kvdiag.redaction.redact`), its label values but ``_SHOWN_LABELS``
+    replaced by ``***`` (a recording's label may hold a token under any name), cut to ``limit`` characters, quoted."""
+    text = _LABEL.sub(lambda m: m.group(0) if m.group(1) in _SHOWN_LABELS else f'{m.group(1)}="***"',
+                      redact(line.strip()))
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
