@@ -256,3 +256,21 @@ def test_recording_parse_error_quotes_no_label_value_secret(tmp_path, label):
     res = run_kvdiag("analyze", "--metrics-file", str(p))
     _one_error(res, "not Prometheus OpenMetrics", f'{label}="***"')
     assert "SeKr1tLbl" not in res.err + res.out
+
+
+@pytest.mark.parametrize("line", [
+    # a stats line ending in a run of 150,000 digits: the engine-tag pattern was quadratic in it (fuzz campaign find)
+    "INFO 01-01 00:00:00 [loggers.py:1] Avg prompt throughput: 1.0 tokens/s, Running: 1 reqs, GPU KV cache usage: "
+    "1.0%, " + "9" * 150_000,
+    # a word of 150,000 characters before ' blocks: ' (the K1 '# GPU blocks' pattern)
+    "INFO 01-01 00:00:00 [x.py:1] " + "9" * 150_000 + "x blocks: 12",
+])
+def test_a_long_line_of_digits_is_read_in_linear_time(tmp_path, line):
+    from kvdiag.bundle import Bundle
+    from kvdiag.collect.logs import read_logs
+
+    p = tmp_path / "vllm.log"
+    p.write_text(line + "\n")
+    t0 = time.process_time()
+    read_logs(Bundle(), [str(p)], year=2025, progress=False)
+    assert time.process_time() - t0 < 2.0

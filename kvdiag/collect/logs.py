@@ -673,7 +673,8 @@ _STATS_SIGNAL = {"Avg prompt throughput": ("prompt_throughput", 1.0),
                  "Preemptions": ("num_preemptions", 1.0), "Prefix cache hit rate": ("prefix_cache_hit_rate", 0.01)}
 _STATS_NAMES = set(_STATS_SIGNAL) | {f"{d} KV cache usage" for d in ("GPU", "XPU", "CPU", "TPU", "HPU", "NPU",
                                                                   "GPU + host")}
-_STATS_ENGINE = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated): ")
+# (?<!\d): a digit run is tried from its start only (a line of 100,000 digits stays linear, not quadratic)
+_STATS_ENGINE = re.compile(r"(?:Engine (\d+)|(?<!\d)(\d+) Engines Aggregated): ")
 # how several data-parallel engines' stats lines of one interval combine (as the metrics collector does)
 _DP_COMBINE = {"kv_cache_usage": "max", "cpu_cache_usage": "max", "prefix_cache_hit_rate": "mean"}
 
@@ -1437,7 +1438,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("E4_external", re.compile(r"Externally held weights on device (?:\S+ )?\((?P<ext>[\d.]+)/(?P<total>[\d.]+) GiB\) "
                                r"exceed the desired GPU memory utilization(?: \((?P<util>[\d.]+), (?P<req>[\d.]+) "
                                r"GiB\))?"), _e4_budget),
-    ("K1", re.compile(r"(?:#\s*)?(?:GPU|cuda|\w+) blocks: (\d+)(?:, # CPU blocks: (\d+))?"), _blocks),
+    ("K1", re.compile(r"(?:#\s*)?(?<!\w)(?:GPU|cuda|\w+) blocks: (\d+)(?:, # CPU blocks: (\d+))?"), _blocks),
     ("K4", re.compile(r"KV cache size: ([\d,]+) tokens"), _k4),
     ("K5", re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"), _k5),
     ("K10", re.compile(r"Setting attention block size to (\d+) tokens"), _k10),
