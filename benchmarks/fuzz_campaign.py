@@ -175,11 +175,12 @@ def main() -> int:
             p.rmdir()
         scratch.rmdir()
     print(f"{'family':<10} {'inputs':>8} {'reports':>8} {'refusals':>8} {'uncaught':>8} {'hangs>%gs' % args.hang:>9} "
-          f"{'peak RSS':>9} {'ms/input':>8}")
+          f"{'peak RSS':>9} {'ms/input':>8} {'slow once':>9}")
     total = dict(blank)
     for family, st in state["families"].items():
         print(f"{family:<10} {st['inputs']:>8,} {st['ok']:>8,} {st['refused']:>8,} {st['uncaught']:>8,} "
-              f"{st['hangs']:>9,} {st['peak_rss_mb']:>6.0f} MB {1000 * st['seconds'] / max(st['inputs'], 1):>8.1f}")
+              f"{st['hangs']:>9,} {st['peak_rss_mb']:>6.0f} MB {1000 * st['seconds'] / max(st['inputs'], 1):>8.1f} "
+              f"{st.get('slow_once', 0):>9,}")
         for k in ("inputs", "ok", "refused", "uncaught", "hangs", "seconds"):
             total[k] += st[k]
         total["peak_rss_mb"] = max(total["peak_rss_mb"], st["peak_rss_mb"])
