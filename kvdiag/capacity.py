@@ -172,7 +172,8 @@ def _int_text(value: int) -> str:
 
 
 def _num_text(value: float) -> str:
-    return _int_text(value) if isinstance(value, int) else "%.6g" % value
+    """``%.6g`` of a field value, without turning an integer too large for a float into an OverflowError."""
+    return _int_text(value) if isinstance(value, int) and abs(value) >= 10 ** 18 else "%.6g" % value
 
 
 def check_config_numbers(config: Any) -> None:
