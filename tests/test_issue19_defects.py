@@ -274,3 +274,18 @@ def test_a_long_line_of_digits_is_read_in_linear_time(tmp_path, line):
     t0 = time.process_time()
     read_logs(Bundle(), [str(p)], year=2025, progress=False)
     assert time.process_time() - t0 < 2.0
+
+
+def test_a_line_repeating_one_message_is_matched_in_linear_time(tmp_path):
+    """The catalogue's template of ~30 lazy placeholders ('Initializing a V0 LLM engine ... with config: model=...')
+    backtracked polynomially on a line holding the message ten times (campaign find: 96 s on 8 kB)."""
+    from kvdiag.bundle import Bundle
+    from kvdiag.collect.logs import read_logs
+
+    src = next(line for p in sorted((FIXTURES / "logs" / "real").glob("*/evidence.log"))
+               for line in p.read_text(errors="replace").splitlines() if "Initializing a V0 LLM engine" in line)
+    p = tmp_path / "vllm.log"
+    p.write_text(src + src * 12 + "\n")
+    t0 = time.process_time()
+    read_logs(Bundle(), [str(p)], year=2025, progress=False)
+    assert time.process_time() - t0 < 3.0
