@@ -134,6 +134,28 @@ def build_unseen(path: str, n: int) -> None:
                              for i in range(start, min(n, start + 10000))))
 
 
+def build_stats(path: str, size_mb: int) -> None:
+    """``size_mb`` MiB of nothing but periodic stats lines (issue 19: memory per stats line kept), 10 s apart."""
+    rng = random.Random(7)
+    target = size_mb << 20
+    written, t, day = 0, 0, 0
+    with open(path, "w") as fh:
+        while written < target:
+            out = []
+            for _ in range(5000):
+                t += 10
+                if t >= 86400:
+                    t, day = t - 86400, (day + 1) % 28
+                out.append(f"(APIServer pid=1) INFO {_stamp(day, t)} [loggers.py:123] Engine 000: Avg prompt "
+                           f"throughput: {rng.uniform(500, 9000):.1f} tokens/s, Avg generation throughput: "
+                           f"{rng.uniform(200, 2000):.1f} tokens/s, Running: {rng.randint(5, 40)} reqs, Waiting: "
+                           f"{rng.randint(0, 30)} reqs, GPU KV cache usage: {rng.uniform(0, 99):.1f}%, Prefix cache "
+                           f"hit rate: {rng.uniform(0, 60):.1f}%")
+            chunk = "\n".join(out) + "\n"
+            fh.write(chunk)
+            written += len(chunk)
+
+
 def _stamp(day: int, sec: int) -> str:
     month, dom = (12, 31) if day == 0 else (1, day)
     return f"{month:02d}-{dom:02d} {sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
@@ -155,7 +177,7 @@ def main() -> None:
     ap.add_argument("--rps", type=float, default=30.0)
     ap.add_argument("--path", default=None)
     ap.add_argument("--keep", action="store_true", help="reuse --path if it exists and keep it afterwards")
-    ap.add_argument("--kind", choices=("vllm", "unrelated", "unseen"), default="vllm")
+    ap.add_argument("--kind", choices=("vllm", "unrelated", "unseen", "stats"), default="vllm")
     ap.add_argument("--unseen-lines", type=int, default=1_000_000)
     args = ap.parse_args()
     path = args.path or os.path.join(tempfile.gettempdir(), f"kvdiag-bench-{args.kind}-{args.size_mb}mb.log")
@@ -165,6 +187,8 @@ def main() -> None:
             build_unrelated(path, args.size_mb)
         elif args.kind == "unseen":
             build_unseen(path, args.unseen_lines)
+        elif args.kind == "stats":
+            build_stats(path, args.size_mb)
         else:
             build(path, args.size_mb, args.rps)
         print(f"built {path} in {time.perf_counter() - t0:.1f} s")

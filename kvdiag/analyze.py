@@ -30,8 +30,12 @@ def load_model_config(path: str) -> dict:
     from .fileio import read_bounded
 
     raw = read_bounded(path, 64 * 1024 * 1024, "a model config.json")
+    from .numbers import NumberError, json_loads
+
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json_loads(raw.decode("utf-8"))
+    except NumberError as exc:
+        raise InputError(f"{path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:

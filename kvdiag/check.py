@@ -174,13 +174,12 @@ def save_state(path: str, instance: str, state: CheckState) -> str:
             return Note(f"state file {path} not written (not a kvdiag state file)", "state file not written")
     data["instances"][instance] = {"t": state.t, "counters": state.counters,
                                    "process_start_time": state.process_start_time}
+    from .fileio import atomic_write
+
     try:
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.replace(tmp, p)
+        atomic_write(p, json.dumps(data, indent=1, sort_keys=True))
     except OSError as exc:
-        return Note(f"state file {path} not written ({exc.strerror})", "state file not written")
+        return Note(f"state file {path} not written ({exc.strerror or exc})", "state file not written")
     return ""
 
 

@@ -45,12 +45,18 @@ MAX_TOKENS = 1 << 31
 
 def _load_config(path: str) -> dict[str, Any]:
     """Read a HF config.json; InputError naming the file and what was expected."""
+    from .fileio import read_bounded
+    from .numbers import NumberError, json_loads
+
+    raw = read_bounded(path, 64 * 1024 * 1024, "a model config.json", label="--model-config")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise InputError(f"{path}: cannot read the model config ({exc.__class__.__name__}): expected a readable config.json") from None
     try:
-        data = json.loads(text)
+        data = json_loads(text)
+    except NumberError as exc:
+        raise InputError(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}): expected a HF config.json object") from None
     except RecursionError:

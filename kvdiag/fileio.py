@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from .errors import InputError
@@ -67,3 +68,34 @@ def check_output_target(path: str, option: str, inputs: list[str] | tuple[str, .
             except OSError:
                 continue
     return target
+
+
+def atomic_write(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file in the same folder, flushed, then renamed
+    over ``path``; on any failure (full disk, a signal) the temporary file is removed and ``path`` keeps its
+    previous content. The file keeps the mode of the one it replaces (a new one: 0666 less the umask).
+
+    Raises:
+        OSError: the folder cannot be written, or the write or rename failed (the caller words the message).
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+        tmp = None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

@@ -16,8 +16,8 @@ _SECRET_PATTERNS = [
     # api_key='x', "api_key": "x", 'api_key': ['x', 'y'], HF_TOKEN=x, hf_token: x, password=..., Authorization: x
     re.compile(r"(?i)(\b[\w-]*" + _SECRET_KEY + r"['\"]?\s*[:=]\s*)" + _SECRET_VALUE),
     re.compile(r"(?i)(\bBearer\s+)([A-Za-z0-9._~+/=-]+)"),
-    # the password of URL userinfo: scheme://user:PASSWORD@host
-    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]*:)([^\s/@'\"]+)(?=@)"),
+    # the password of URL userinfo: scheme://user:PASSWORD@host (up to the last '@': a password may hold / ? # @)
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]*:)([^\s'\"]+)(?=@)"),
     # names with a SECRET / PASSWORD / KEY / CREDENTIAL word in them (AWS_SECRET_ACCESS_KEY=, AWS_ACCESS_KEY_ID=,
     # SECRET_KEY=, OPENAI_API_KEY=, db_password_file: …): whole underscore-separated words only, so settings such as
     # max_num_batched_tokens or monkey_patch stay
@@ -34,6 +34,9 @@ _SECRET_PATTERNS = [
 # patterns whose whole value becomes *** (no quotes or list kept): Bearer, URL/AKIA userinfo, X-Amz, bare shapes
 _WHOLE = {2, 3, 5, 6, 7}
 # C0 control characters but tab, newline and carriage return, and DEL: shown as '?' in a report
+# a URL's query (every value hidden, whatever its name: ?jwt=…, ?x=…; a URL in a message shows its names only)
+_URL_QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#'\"<>]*\?)([^\s#'\"<>]*)")
+_QUERY_VALUE = re.compile(r"=[^&;]*")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _NONE_VALUES = {"none", "null", "false", "true", "''", '""', "[]"}
 _QUOTED_ITEM = re.compile(r"""'[^'\n]*'|"[^"\n]*"|[^\s,'"\[\]]+""")
@@ -63,7 +66,8 @@ def redact(text: str, controls: bool = True) -> str:
     ``hf_…`` / ``sk-…`` / ``ghp_…`` tokens. Values ``None``/``True``/``False`` stay (they are settings, not secrets).
     Also names holding a SECRET / PASSWORD / KEY / CREDENTIAL word (``AWS_SECRET_ACCESS_KEY=…``,
     ``AWS_ACCESS_KEY_ID=…``, ``OPENAI_API_KEY=…``), AWS key ids (``AKIA…`` / ``ASIA…``, also as a userinfo user:
-    ``AKIA…:…@host``) and ``X-Amz-Signature=`` / ``X-Amz-Credential=`` / ``X-Amz-Security-Token=`` query values.
+    ``AKIA…:…@host``) and ``X-Amz-Signature=`` / ``X-Amz-Credential=`` / ``X-Amz-Security-Token=`` query values,
+    and every query value of a ``scheme://…?…`` URL whatever its name (``?jwt=***&page=***``).
 
     ``controls``: also replace C0 control characters (but tab, newline, CR) and DEL by ``?`` (a NUL or an escape
     sequence from a log line never reaches a terminal or a ticket); ``False`` for text that carries its own
@@ -77,4 +81,6 @@ def redact(text: str, controls: bool = True) -> str:
             text = pattern.sub(lambda m: m.group(1) + "***", text)
         else:
             text = pattern.sub(lambda m: m.group(1) + _hide(m.group(2)), text)
+    if "://" in text:
+        text = _URL_QUERY.sub(lambda m: m.group(1) + _QUERY_VALUE.sub("=***", m.group(2)), text)
     return _CONTROLS.sub("?", text) if controls else text

@@ -80,8 +80,12 @@ def test_deep_when_nesting_is_bounded(tmp_path):
     for _ in range(40):
         node = {"not": node}
     assert "nested deeper than 32" in _load_err(tmp_path, _cap001(when=node))
+    # block style 5,000 levels deep is 25 MB: refused by its size before parsing; flow style 500 deep: by its depth
     text = "id: X\nwhen:\n" + "".join("  " * (i + 1) + "not:\n" for i in range(5000)) + "  " * 5001 + "{}\n"
-    assert "nested too deeply" in _load_err(tmp_path, text=text)
+    assert "larger than the 1024 KiB" in _load_err(tmp_path, text=text)
+    text = "id: X\nwhen: " + "[" * 500 + "]" * 500 + "\n"
+    err = _load_err(tmp_path, text=text)
+    assert "nested deeper than 64 levels" in err or "nested too deeply" in err, err
 
 
 def test_shipped_rules_still_load_and_templates_render_small():

@@ -18,6 +18,17 @@ _FIELD_MAX = {"num_hidden_layers": 100_000, "num_attention_heads": 1_000_000, "n
               "sliding_window": 1 << 40, "max_position_embeddings": 1 << 40}
 
 
+def _int_text(value: int) -> str:
+    from ..numbers import int_text
+
+    return int_text(value)
+
+
+def _num_text(value: float) -> str:
+    """``%.6g`` of a field value, without turning an integer too large for a float into an OverflowError."""
+    return _int_text(value) if isinstance(value, int) and abs(value) >= 10 ** 18 else "%.6g" % value
+
+
 def check_config_numbers(config: Any) -> None:
     """Reject numbers no config.json field can mean: NaN, ±Infinity (also ``1e400``, which JSON parsers read as
     infinity) and integers beyond 2**53 anywhere in the document, and a ``text_config`` that is not an object.
@@ -38,7 +49,7 @@ def check_config_numbers(config: Any) -> None:
         elif isinstance(node, float) and not math.isfinite(node):
             raise InputError(f"config: field {where} = {node!r}: expected a finite number")
         elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_CONFIG_INT:
-            raise InputError(f"config: field {where} = {'%.3g' % node}: expected a number below 2**53")
+            raise InputError(f"config: field {where} = {_int_text(node)}: expected a number below 2**53")
     if isinstance(config, Mapping):
         text = config.get("text_config")
         if text is not None and not isinstance(text, Mapping):
@@ -69,10 +80,10 @@ def _int_field(
             value = cfg[name]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value != int(value):
-                raise InputError(f"config: field {name} = {value!r}: expected an integer")
+                raise InputError(f"config: field {name} = {str(value)[:40]!r}: expected an integer")
             hi = _FIELD_MAX.get(names[0], MAX_CONFIG_INT)
             if not (0 <= value if zero_ok else 0 < value) or value > hi:
-                raise InputError(f"config: field {name} = {'%.6g' % value}: expected a "
+                raise InputError(f"config: field {name} = {_num_text(value)}: expected a "
                                  f"{'non-negative' if zero_ok else 'positive'} integer"
                                  + (f" up to {hi:,}" if value > 0 else ""))
             return int(value)

@@ -150,7 +150,10 @@ def _layer_kinds(cfg: Mapping[str, Any], num_layers: int, notes: list[str]) -> t
     # 4. Kimi-Linear: 1-based layer lists.
     lin = cfg.get("linear_attn_config")
     if isinstance(lin, Mapping) and lin.get("kda_layers"):
-        kda = {int(i) for i in lin["kda_layers"]}
+        if not isinstance(lin["kda_layers"], list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in lin["kda_layers"]):
+            raise InputError("config: field linear_attn_config.kda_layers: expected a list of layer numbers")
+        kda = set(lin["kda_layers"])
         return [LAYER_LINEAR if (i + 1) in kda else LAYER_FULL for i in range(num_layers)], None
 
     # 5. Qwen3-Next / Qwen3.5: every n-th layer is full attention, the rest Gated DeltaNet.
@@ -272,21 +275,20 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
             heads, hdim = lin.get("num_heads"), lin.get("head_dim")
             conv = lin.get("short_conv_kernel_size", 4)
             if isinstance(heads, int) and isinstance(hdim, int):
-                state_dims = dict(num_heads=heads, head_dim=hdim, conv_kernel=int(conv))
+                state_dims = dict(num_heads=heads, head_dim=hdim,
+                                  conv_kernel=_int_field({"short_conv_kernel_size": conv}, "short_conv_kernel_size"))
             else:
                 notes.append("KDA state dims missing (linear_attn_config.num_heads/head_dim): give --block-size")
         elif gdn is not None:
             state_kind = "gated_delta_net"
-            try:
-                state_dims = dict(
-                    num_k_heads=int(gdn["linear_num_key_heads"]),
-                    num_v_heads=int(gdn["linear_num_value_heads"]),
-                    head_k_dim=int(gdn["linear_key_head_dim"]),
-                    head_v_dim=int(gdn["linear_value_head_dim"]),
-                    conv_kernel=int(gdn["linear_conv_kernel_dim"]),
-                )
-            except KeyError as exc:
-                raise InputError(f"config: missing field {exc.args[0]} (Gated DeltaNet state size)") from None
+            purpose = "the Gated DeltaNet state size"
+            state_dims = dict(
+                num_k_heads=_int_field(gdn, "linear_num_key_heads", purpose=purpose),
+                num_v_heads=_int_field(gdn, "linear_num_value_heads", purpose=purpose),
+                head_k_dim=_int_field(gdn, "linear_key_head_dim", purpose=purpose),
+                head_v_dim=_int_field(gdn, "linear_value_head_dim", purpose=purpose),
+                conv_kernel=_int_field(gdn, "linear_conv_kernel_dim", purpose=purpose),
+            )
         else:
             notes.append("linear-attention layers without state dims: give --block-size")
             state_kind = "linear"

@@ -255,7 +255,8 @@ class Catalog:
             w = self._weight[self._index[e["id"]]]
             if best is not None and w < best[0]:
                 break
-            m = self._compiled[e["id"]][0].search(msg)
+            rx, lit = self._compiled[e["id"]][:2]
+            m = rx.search(_one_instance(msg, lit))
             if m:
                 hit = (w, e, m)
                 if best is None or (_level_fits(e, level) and not _level_fits(best[1], level)):
@@ -413,6 +414,18 @@ def load() -> Catalog:
         FileNotFoundError: the package was built without ``vllm_messages.json``.
     """
     return Catalog(json.loads(DATA_PATH.read_text()))
+
+
+def _one_instance(msg: str, literal: str) -> str:
+    """``msg`` up to the second occurrence of a template's first literal: a line holding one message many times (a
+    paste, a loop's output glued by ``\\r``) is matched on its first instance. A template of many lazy ``.*?``
+    placeholders backtracks polynomially in the number of instances (minutes on an 8 kB line of ten copies); vLLM
+    prints each message once per line, so nothing else changes."""
+    if not literal or len(msg) < 512:
+        return msg
+    first = msg.find(literal)
+    second = msg.find(literal, first + 1) if first >= 0 else -1
+    return msg[:second] if second > 0 else msg
 
 
 def match(message: str, partial: bool = True, level: str = "") -> tuple[dict, dict[str, str]] | None:

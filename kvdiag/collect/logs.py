@@ -69,9 +69,20 @@ FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)')
 EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w]*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?::|$)")
 
 
+MAX_LOG_VALUE = 1e30
+"""Largest magnitude a number read from a log may have (bytes of any GPU fleet, any count): beyond it, or NaN/Inf,
+the line is skipped with a note."""
+
+
 def size_bytes(number: str, unit: str) -> float:
     """``"1002.00", "MiB"`` → bytes. Units as PyTorch and vLLM print them (GiB, MiB, KiB, bytes, GB)."""
-    return float(number) * _UNITS[unit.upper()]
+    x = float(number)
+    if not -MAX_LOG_VALUE <= x <= MAX_LOG_VALUE:  # NaN, ±Inf, 400 digits: no memory size
+        raise ValueError(f"{number[:40]!r} is not a size kvdiag can use")
+    scale = _UNITS.get(unit.upper())
+    if scale is None:  # a case-insensitive pattern also matches look-alikes ('ı', 'K' Kelvin): not a unit kvdiag knows
+        raise ValueError(f"unit {unit!r}")
+    return x * scale
 
 
 @dataclass
@@ -458,6 +469,9 @@ class LogCollector:
     def _add(self, signal: str, value, line: Line, text: str = "", note: str = "") -> None:
         self._segment_signals.add(signal)
         self._line_signals.add(signal)
+        if value is not None and not isinstance(value, str) and not math.isfinite(value):
+            # NaN, ±Inf ('1e999', a number of 400 digits): the line is skipped
+            raise ValueError(f"{value!r} is not a finite number kvdiag can use")
         src = self._src(line) + (f" [{note}]" if note else "")
         self.bundle.add(signal, value, src, t=line.t, text=redact(text) if text else "", segment=self.segment)
 
@@ -496,8 +510,14 @@ class LogCollector:
                     return
                 understood = True
                 stats = stats or event[0] == "stats"
-        if _catalog_needle_in(msg) and self._catalog(line, stats):
-            understood = True
+        if _catalog_needle_in(msg):
+            try:
+                understood = self._catalog(line, stats) or understood
+            except (ValueError, OverflowError) as e:  # a catalogue number out of its domain: skip the line
+                self.bundle.discard_from(mark)
+                self._bad_number(line, None, e)
+                self._close_tb = False
+                return
         if not understood and line.lineno != self._last_frame_line + 1 and _looks_like_trouble(line) \
                 and not _KNOWN_NOT_TROUBLE.search(msg):
             self._unseen_count += 1
@@ -511,14 +531,14 @@ class LogCollector:
             self._add("exception", len(frames), line, text=f"{etype} in {where}" + (f" [{phase}]" if phase else ""))
         self._close_tb = False
 
-    def _bad_number(self, line: Line, m: re.Match, e: Exception) -> None:
+    def _bad_number(self, line: Line, m: re.Match | None, e: Exception) -> None:
         """A handler's ``float()`` / ``int()`` refused a captured number: the line is skipped (counted, a note
         naming file:line and the text)."""
         self._skipped += 1
         self._bad_numbers += 1
         if len(self._bad_number_notes) < UNSEEN_LISTED:
             text = str(e).rsplit(": ", 1)[-1] if isinstance(e, ValueError) else "a number too large"
-            for g in m.groups():  # the captured text that is no number, as the log wrote it
+            for g in (m.groups() if m is not None else ()):  # the captured text that is no number, as written
                 if g and any(ch.isdigit() or ch in ".," for ch in g):
                     try:
                         float(g.replace(",", ""))
@@ -653,7 +673,8 @@ _STATS_SIGNAL = {"Avg prompt throughput": ("prompt_throughput", 1.0),
                  "Preemptions": ("num_preemptions", 1.0), "Prefix cache hit rate": ("prefix_cache_hit_rate", 0.01)}
 _STATS_NAMES = set(_STATS_SIGNAL) | {f"{d} KV cache usage" for d in ("GPU", "XPU", "CPU", "TPU", "HPU", "NPU",
                                                                   "GPU + host")}
-_STATS_ENGINE = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated): ")
+# (?<!\d): a digit run is tried from its start only (a line of 100,000 digits stays linear, not quadratic)
+_STATS_ENGINE = re.compile(r"(?:Engine (\d+)|(?<!\d)(\d+) Engines Aggregated): ")
 # how several data-parallel engines' stats lines of one interval combine (as the metrics collector does)
 _DP_COMBINE = {"kv_cache_usage": "max", "cpu_cache_usage": "max", "prefix_cache_hit_rate": "mean"}
 
@@ -680,7 +701,8 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
             x = float(rest.split(" ", 1)[0].rstrip("%."))
         except ValueError:
             continue
-        if not math.isfinite(x) or x < 0 or (name.endswith(("KV cache usage", "hit rate")) and x > 100.0 + 1e-6):
+        if not math.isfinite(x) or x < 0 or x > MAX_LOG_VALUE \
+                or (name.endswith(("KV cache usage", "hit rate")) and x > 100.0 + 1e-6):
             c._out_of_domain += 1  # a negative count, or a percentage above 100: not a value vLLM prints
             dropped = c.bundle.__dict__.setdefault("dropped_values", {})
             key = "kv_cache_usage" if name.endswith("KV cache usage") else _STATS_SIGNAL[name][0]
@@ -1458,7 +1480,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("E4_external", re.compile(r"Externally held weights on device (?:\S+ )?\((?P<ext>[\d.]+)/(?P<total>[\d.]+) GiB\) "
                                r"exceed the desired GPU memory utilization(?: \((?P<util>[\d.]+), (?P<req>[\d.]+) "
                                r"GiB\))?"), _e4_budget),
-    ("K1", re.compile(r"(?:#\s*)?(?:GPU|cuda|\w+) blocks: (\d+)(?:, # CPU blocks: (\d+))?"), _blocks),
+    ("K1", re.compile(r"(?:#\s*)?(?<!\w)(?:GPU|cuda|\w+) blocks: (\d+)(?:, # CPU blocks: (\d+))?"), _blocks),
     ("K4", re.compile(r"KV cache size: ([\d,]+) tokens"), _k4),
     ("K5", re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"), _k5),
     ("K10", re.compile(r"Setting attention block size to (\d+) tokens"), _k10),

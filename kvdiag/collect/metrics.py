@@ -37,6 +37,7 @@ from urllib3.util.retry import Retry
 
 from ..bundle import Bundle, InputInfo, iso
 from ..errors import InputError, ScrapeError
+from ..numbers import finite_float, unix_seconds
 from ..redaction import redact
 from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
 
@@ -48,34 +49,44 @@ ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"  # OpenMetrics 1.0 from prom
 
 MAX_REDIRECTS = 5
 _SECRET_PARAM = re.compile(r"token|key|pass|pwd|secret|sig|auth|credential|session|cookie", re.I)
+"""Query names that look secret (kept for callers; :func:`safe_url` now hides every query value)."""
 
 
 def _safe_query(query: str) -> str:
-    """A query string with the values of secret-looking parameters replaced by ``***`` (``&`` and ``;`` both
-    separate parameters, as many servers read them)."""
+    """A query string with every value replaced by ``***``, whatever its name (``?jwt=…``, ``?x=…``): only the
+    names are shown (``&`` and ``;`` both separate parameters, as many servers read them)."""
     return "".join(
-        part if part in ("&", ";") or not _SECRET_PARAM.search(part.split("=", 1)[0]) else part.split("=", 1)[0] + "=***"
+        part if part in ("&", ";") or "=" not in part else part.split("=", 1)[0] + "=***"
         for part in re.split(r"([&;])", query))
 
 
 def safe_url(url: str) -> str:
-    """``url`` fit to show or to use as an instance label: no ``user:password@``, the values of
-    secret-looking query parameters (token, key, password, secret, sig, auth, ...) replaced by ``***``,
-    no fragment. Also for a URL that does not parse (``http://[::1/…``) or lacks its scheme
-    (``user:pw@host:9090/metrics``): the credentials are cut by position, never echoed."""
-    text = str(url).split("#", 1)[0]
-    head, qmark, query = text.partition("?")
-    scheme, sep, rest = head.partition("://")
-    if not sep:  # no scheme ('//host/…' or 'host/…'): the authority, if any, comes before the next '/'
-        scheme, sep, rest = ("", "//", head[2:]) if head.startswith("//") else ("", "", head)
-    authority, slash, path = rest.partition("/")
-    authority = authority.rsplit("@", 1)[-1]
-    return f"{scheme.lower()}{sep}{authority}{slash}{path}" + (qmark + _safe_query(query) if query else "")
+    """``url`` fit to show or to use as an instance label: no ``user:password@`` (also a password holding ``#``,
+    ``?`` or ``/``, which a URL parser would take for the path or query), every query value replaced by ``***``
+    (only the names are shown), no fragment. Also for a URL that does not parse (``http://[::1/…``) or lacks its
+    scheme (``user:pw@host:9090/metrics``): the credentials are cut by position, never echoed."""
+    text = str(url)
+    scheme, sep, rest = text.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        scheme, sep, rest = ("", "//", text[2:]) if text.startswith("//") else ("", "", text)
+    if "@" in rest:  # user:password@host: everything before the last '@' is userinfo (a password may hold '@', '?',
+        # '#' or '/'; a query value holding '@' is cut too: the URL shown is shorter, never a secret)
+        rest = rest.rsplit("@", 1)[-1]
+    rest = rest.split("#", 1)[0]
+    head, qmark, query = rest.partition("?")
+    return f"{scheme.lower()}{sep}{head}" + (qmark + _safe_query(query) if query else "")
+
+
+# label values a refused page line may show (they locate the error and hold no secret); every other one is ***
+_SHOWN_LABELS = {"le", "quantile", "engine", "model_name", "reason", "finished_reason", "pid"}
+_LABEL = re.compile(r'\b([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\\n]|\\.)*)"')
 
 
 def quote_line(line: str, limit: int = 80) -> str:
-    """A line of an input, redacted (:func:`kvdiag.redaction.redact`) and cut to ``limit`` characters, quoted."""
-    text = redact(line.strip())
+    """A line of an input, redacted (:func:`kvdiag.redaction.redact`), its label values but ``_SHOWN_LABELS``
+    replaced by ``***`` (a recording's label may hold a token under any name), cut to ``limit`` characters, quoted."""
+    text = _LABEL.sub(lambda m: m.group(0) if m.group(1) in _SHOWN_LABELS else f'{m.group(1)}="***"',
+                      redact(line.strip()))
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
@@ -157,8 +168,36 @@ class PageInfo:
         return out
 
 
-def _le(raw: str) -> str:
-    return "inf" if raw in ("+Inf", "Inf", "inf") else repr(float(raw))
+def _le(raw: str) -> str | None:
+    """A bucket's ``le`` label as the bundle's text (``repr`` of the bound, ``inf``), ``None`` when it is no number."""
+    if raw in ("+Inf", "Inf", "inf"):
+        return "inf"
+    bound = finite_float(raw)
+    return None if bound is None else repr(bound)
+
+
+def _sample_value(value) -> float:
+    """A sample's value as a float; an OpenMetrics integer too large for a float becomes ±Inf (then skipped as out
+    of its domain), never an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _sample_time(sample, t: float | None) -> tuple[bool, float | None]:
+    """``(ok, seconds)``: the sample's own timestamp when it is Unix seconds 1970..2200 (a date that can be printed),
+    else the page's ``t``; ``ok`` is False for a timestamp outside that range (1e20, NaN, -1e17)."""
+    if sample.timestamp is None:
+        return True, t
+    try:
+        raw = float(sample.timestamp)
+    except (TypeError, ValueError, OverflowError):
+        return False, None
+    ts = unix_seconds(raw)
+    return ts is not None, ts
 
 
 def _out_of_domain(signal: str, value: float) -> str:
@@ -204,13 +243,18 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     for fam in families:
         for s in fam.samples:
             name = s.name
+            if name != "process_start_time_seconds" and not name.startswith(VLLM_PREFIXES):
+                continue
+            ok, ts = _sample_time(s, t)
+            if not ok:
+                key = "sample timestamp: not Unix seconds between 1970 and 2200"
+                info.dropped[key] = info.dropped.get(key, 0) + 1
+                continue
             if name == "process_start_time_seconds":  # restart evidence (kvdiag check --state)
-                bundle.add("process_start_time", float(s.value), f"metric:{name} in {origin}",
-                           t=float(s.timestamp) if s.timestamp is not None else t)
+                start = unix_seconds(_sample_value(s.value))
+                if start is not None:
+                    bundle.add("process_start_time", start, f"metric:{name} in {origin}", t=ts)
                 continue
-            if not name.startswith(VLLM_PREFIXES):
-                continue
-            ts = float(s.timestamp) if s.timestamp is not None else t
             at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
             how, what = classify_metric(name)
             if how == "facts":
@@ -238,13 +282,17 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                 signal = f"{what}_{suffix}"
                 if suffix == "bucket":
                     text = _le(s.labels.get("le", "+Inf"))
+                    if text is None:
+                        key = f"{signal}: le label not a number"
+                        info.dropped[key] = info.dropped.get(key, 0) + 1
+                        continue
             else:
                 signal = what
                 if base == "num_requests_waiting_by_reason" and s.labels.get("reason") != "capacity":
                     continue
             if base == "kv_cache_usage_perc":
                 has_new_usage = True
-            value = float(s.value)
+            value = _sample_value(s.value)
             if signal == "prefix_cache_hit_rate_cumulative" and value == -1:
                 continue  # V0: -1 means prefix caching is off
             series_key = (name, tuple(sorted(s.labels.items())), ts)
@@ -529,6 +577,24 @@ def run_with_deadline(fn, timeout: float, on_timeout: str, cancel=None):
     return box["result"]
 
 
+# what urllib3 / http.client say when the TCP connection stood but the bytes that came back were no HTTP answer
+_NOT_HTTP = (("badstatusline", "the reply is not HTTP"), ("got more than", "a reply header line is too long"),
+             ("line too long", "a reply header line is too long"), ("too many headers", "too many reply headers"),
+             ("remotedisconnected", "the server closed the connection without an answer"),
+             ("remote end closed", "the server closed the connection without an answer"),
+             ("connection reset", "the server reset the connection"),
+             ("connection aborted", "the reply is not HTTP"))
+
+
+def _connected_but(msg: str) -> str:
+    """'connected, but …' when ``msg`` (a requests ConnectionError, lower case) shows the connection was made;
+    else 'cannot connect'."""
+    for needle, what in _NOT_HTTP:
+        if needle in msg:
+            return f"connected, but {what}"
+    return "cannot connect"
+
+
 def _same_origin(a: str, b: str) -> bool:
     pa, pb = urlsplit(a), urlsplit(b)
     if pa.hostname != pb.hostname:
@@ -587,7 +653,7 @@ def _get(session, url, timeout, params, accept, max_bytes, what, state) -> tuple
             if "read timed out" in msg:  # urllib3 wraps a read timeout in MaxRetryError when retries are spent
                 raise ScrapeError(f"{shown}: no answer within {timeout:g}s") from None
             reason = "connection refused" if "refused" in msg else (
-                f"connection timed out after {timeout:g}s" if "timed out" in msg else "cannot connect")
+                f"connection timed out after {timeout:g}s" if "timed out" in msg else _connected_but(msg))
             raise ScrapeError(f"{shown}: {reason}") from None
         except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema,
                 requests.exceptions.InvalidURL):

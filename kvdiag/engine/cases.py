@@ -169,14 +169,9 @@ def load_cases(path: str | Path) -> list[Case]:
         RuleFileError: not YAML, unknown keys or signals, bad series notation, bad ``expect``.
     """
     path = str(path)
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise RuleFileError(f"{path}: not UTF-8 text (byte {exc.start}); expected a YAML case file") from None
-    except RecursionError:
-        raise RuleFileError(f"{path}: YAML nested too deeply") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise RuleFileError(f"{path}: cannot read case file: {str(exc).splitlines()[0]}") from None
+    from .model import bounded_yaml
+
+    raw = bounded_yaml(path, what="a YAML rule case file")
     if not isinstance(raw, dict) or "rule" not in raw or not isinstance(raw.get("cases"), dict):
         raise RuleFileError(f"{path}: a case file needs 'rule' and a 'cases' mapping")
     if not isinstance(raw["rule"], str):

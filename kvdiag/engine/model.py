@@ -99,7 +99,7 @@ def spec_ok(spec: str) -> bool:
     m = _SPEC.match(spec)
     if not m:
         return False
-    return all(int(m.group(g) or 0) <= MAX_SPEC_NUMBER for g in ("width", "prec"))
+    return all(len(m.group(g) or "") <= 4 and int(m.group(g) or 0) <= MAX_SPEC_NUMBER for g in ("width", "prec"))
 
 
 def check_template(template: str, path: str, key: str, params: dict) -> None:
@@ -211,6 +211,86 @@ def _str_list(raw, path: str, key: str) -> list[str]:
     return list(raw)
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: the same nodes, 10x faster
+MAX_YAML_BYTES = 1024 * 1024  # a rule or case file is a few KB; more is not a rule file
+MAX_YAML_NODES = 100_000  # YAML nodes after alias expansion (a rule has a few hundred)
+MAX_YAML_DEPTH = 64  # nesting of YAML collections
+
+
+def bounded_yaml(path: str, text: str | None = None, what: str = "a YAML rule file"):
+    """Parse one YAML file of kvdiag's (rules, rule cases) with bounds checked *before* anything is built.
+
+    The file must be a regular file of at most ``MAX_YAML_BYTES`` (a FIFO or ``/dev/zero`` is refused, never read);
+    the composed document, with every alias counted as often as it is used, may have at most ``MAX_YAML_NODES``
+    nodes and ``MAX_YAML_DEPTH`` levels (a "billion laughs" file of nested aliases is refused in milliseconds instead
+    of expanding when a message quotes it). A recursive alias is refused.
+
+    Raises:
+        RuleFileError: not a regular file, too large, not UTF-8, not valid YAML, or beyond the bounds above.
+    """
+    from ..errors import InputError
+    from ..fileio import read_bounded
+
+    if text is None:
+        try:
+            raw_bytes = read_bounded(path, MAX_YAML_BYTES, what)
+        except InputError as exc:
+            raise RuleFileError(str(exc)) from None
+        try:
+            text = raw_bytes.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _err(path, f"not UTF-8 text (byte {exc.start}); expected {what}") from None
+    elif len(text) > MAX_YAML_BYTES:
+        raise _err(path, f"larger than the {MAX_YAML_BYTES // 1024} KiB kvdiag reads for {what}")
+    try:
+        loader = _YAML_LOADER(text)
+    except yaml.YAMLError as exc:  # the reader refuses control characters before parsing starts
+        raise _err(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _yaml_size(node, path)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise _err(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise _err(path, "YAML nested too deeply") from None
+    except (ValueError, OverflowError) as exc:  # an integer of 4,300+ digits, a date out of range
+        raise _err(path, f"a value YAML cannot build: {str(exc).split(':')[0][:80]}") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_size(root, path: str) -> int:
+    """Nodes of ``root`` with aliases expanded (memoised per node, so counting is linear in the file)."""
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def size(node, depth: int) -> int:
+        if depth > MAX_YAML_DEPTH:
+            raise _err(path, f"YAML nested deeper than {MAX_YAML_DEPTH} levels")
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in busy:
+            raise _err(path, "a YAML alias refers to itself (a recursive structure is not a rule)")
+        busy.add(key)
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            n += sum(size(child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
+        busy.discard(key)
+        if n > MAX_YAML_NODES:
+            raise _err(path, f"YAML expands to more than {MAX_YAML_NODES:,} nodes (aliases repeating aliases?); "
+                             "a rule file has a few hundred")
+        sizes[key] = n
+        return n
+
+    return size(root, 0)
+
+
 def load_rule(path: str | Path, text: str | None = None) -> Rule:
     """Load and check one rule file.
 
@@ -218,16 +298,7 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
         RuleFileError: YAML error, unknown key, unknown signal/class/severity, missing docs.
     """
     path = str(path)
-    try:
-        raw = yaml.safe_load(text if text is not None else Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise _err(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
-    except UnicodeDecodeError as exc:
-        raise _err(path, f"not UTF-8 text (byte {exc.start}); expected a YAML rule file") from None
-    except RecursionError:
-        raise _err(path, "YAML nested too deeply") from None
-    except OSError as exc:
-        raise _err(path, f"cannot read: {exc.strerror}") from None
+    raw = bounded_yaml(path, text)
     if not isinstance(raw, dict):
         raise _err(path, "a rule file must be a YAML mapping")
     unknown = set(raw) - _RULE_KEYS
@@ -285,9 +356,11 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
         raise _err(path, f"doc must give {', '.join(_DOC_KEYS)}")
     evidence = _str_list(raw.get("evidence"), path, "evidence")
     for item in evidence:
-        sig = str(item).split(".")[0]
+        sig, _, agg = item.partition(".")
         if sig not in SIGNALS:
             raise _err(path, f"unknown signal {sig!r} in evidence")
+        if agg and agg not in AGGS:
+            raise _err(path, f"evidence {item!r}: unknown agg {agg!r}; expected one of {', '.join(AGGS)}")
     raw_remedy = raw.get("remedy") or []
     if not isinstance(raw_remedy, list):
         raise _err(path, "remedy must be a list (one item per fix, each a template or a list of alternatives)")
