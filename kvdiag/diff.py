@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import ast
 import math
-import os
 import re
-import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .bundle import Bundle
@@ -149,10 +145,11 @@ def sniff(path: str) -> str:
         InputError: missing, a folder, unreadable, or empty.
     """
     from .collect.logread import open_log
+    from .fileio import read_stream_bounded
 
     with open_log(path) as (stream, _pos, _size):
         try:
-            head = _read_up_to(stream, 65536)
+            head = read_stream_bounded(stream, 65536)
         except (OSError, EOFError, ValueError) as exc:
             raise InputError(f"{path}: cannot read: {exc}") from None
     text = head.decode("utf-8", errors="replace")
@@ -165,45 +162,6 @@ def sniff(path: str) -> str:
     if body and sum(bool(_SAMPLE.match(ln)) for ln in body) >= 0.8 * len(body):
         return "metrics-file"
     return "log"
-
-
-def _read_up_to(stream, limit: int) -> bytes:
-    """At most ``limit`` bytes of a binary stream that may offer only ``readinto`` (a decompressing one)."""
-    out = bytearray()
-    buf = bytearray(min(limit, 1 << 20))
-    while len(out) < limit:
-        view = memoryview(buf)[:min(len(buf), limit - len(out))]
-        n = stream.readinto(view)
-        if not n:
-            break
-        out += view[:n]
-    return bytes(out)
-
-
-@contextmanager
-def _plain(path: str):
-    """``path`` itself, or a decompressed temporary copy of a gzip / zstandard page or recording (the metrics
-    reader takes plain text), under the same base name."""
-    from .collect.logread import MAGIC_GZIP, MAGIC_ZSTD, open_log
-    from .collect.metrics import MAX_METRICS_FILE_BYTES
-
-    with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if not magic.startswith((MAGIC_GZIP, MAGIC_ZSTD)):
-        yield path
-        return
-    tmp = tempfile.mkdtemp(prefix="kvdiag-diff-")
-    try:
-        name = os.path.join(tmp, re.sub(r"\.(gz|zst)$", "", os.path.basename(path)) or "recording")
-        with open_log(path) as (stream, _pos, _size), open(name, "wb") as out:
-            data = _read_up_to(stream, MAX_METRICS_FILE_BYTES + 1)
-            if len(data) > MAX_METRICS_FILE_BYTES:
-                raise InputError(f"{path}: more than {MAX_METRICS_FILE_BYTES // 2**20} MiB decompressed, larger than "
-                                 "kvdiag reads for a saved /metrics page or a recording")
-            out.write(data)
-        yield name
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_side(paths: list[str], year: int | None = None, rules_dirs: list[str] | None = None) -> Side:
@@ -220,11 +178,9 @@ def read_side(paths: list[str], year: int | None = None, rules_dirs: list[str] |
     logs = [p for p, k in zip(paths, kinds) if k == "log"]
     pages = [p for p, k in zip(paths, kinds) if k == "metrics-file"]
     kept: list[Bundle] = []
-    with _plain_all(pages) as plain:
-        report = analyze(logs=logs, metrics_files=plain, keep=kept, year=year, rules_dirs=list(rules_dirs or []),
-                         progress=False)
-        for info, original in zip([i for i in report.inputs if i["kind"] == "metrics-file"], pages):
-            info["name"] = original  # the temporary copy's path never shows
+    # pages and recordings, gzip / zstandard too (read_metrics_file decompresses them)
+    report = analyze(logs=logs, metrics_files=pages, keep=kept, year=year, rules_dirs=list(rules_dirs or []),
+                     progress=False)
     return Side(list(paths), kinds, kept[0], report)
 
 
@@ -260,14 +216,6 @@ def read_prometheus_side(url: str, selector: str, start: float, end: float, step
     report = Report(verdict=verdict, findings=findings, inputs=[i.to_dict() for i in bundle.inputs], window=window,
                     notes=notes)
     return Side([f"{name} {iso(start)} .. {iso(end)}"], ["prometheus"], bundle, report)
-
-
-@contextmanager
-def _plain_all(paths: list[str]):
-    from contextlib import ExitStack
-
-    with ExitStack() as stack:
-        yield [stack.enter_context(_plain(p)) for p in paths]
 
 
 # --- values of a side ---------------------------------------------------------------------------------------------------

@@ -99,3 +99,18 @@ def atomic_write(path: str | Path, text: str) -> None:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def read_stream_bounded(stream, limit: int) -> bytes:
+    """At most ``limit`` bytes of a binary stream that may offer only ``readinto`` (a decompressing one): the caller
+    asks for ``limit + 1`` to tell "exactly the limit" from "more"."""
+    out = bytearray()
+    buf = bytearray(min(limit, 1 << 20))
+    while len(out) < limit:
+        view = memoryview(buf)[:min(len(buf), limit - len(out))]
+        n = stream.readinto(view)
+        if not n:
+            break
+        out += view[:n]
+    return bytes(out)
+

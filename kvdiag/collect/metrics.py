@@ -39,6 +39,7 @@ from ..bundle import Bundle, InputInfo, iso
 from ..errors import InputError, ScrapeError
 from ..numbers import finite_float, unix_seconds
 from ..redaction import redact
+from .logread import MAGIC_GZIP, MAGIC_ZSTD, open_log
 from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -466,16 +467,39 @@ MAX_METRICS_FILE_BYTES = 512 * 1024 * 1024
 """Largest saved page or recording read (a 10-minute recording at 5 s is tens of MiB)."""
 
 
+def _inflated(path: str) -> bytes:
+    """The decompressed bytes of a gzip or zstandard page or recording, at most :data:`MAX_METRICS_FILE_BYTES`.
+
+    Raises:
+        InputError: more than that once decompressed, or a stream that is not gzip / zstandard after all.
+    """
+    from ..fileio import read_stream_bounded
+
+    try:
+        with open_log(path) as (stream, _pos, _size):
+            data = read_stream_bounded(stream, MAX_METRICS_FILE_BYTES + 1)
+    except (OSError, EOFError, ValueError) as exc:
+        raise InputError(f"{path}: cannot decompress ({exc}), expected a gzip or zstandard /metrics page or "
+                         "recording") from None
+    if len(data) > MAX_METRICS_FILE_BYTES:
+        raise InputError(f"{path}: more than {MAX_METRICS_FILE_BYTES // 2**20} MiB decompressed, larger than kvdiag "
+                         "reads for a saved /metrics page or a recording")
+    return data
+
+
 def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None) -> InputInfo:
     """Read a saved ``/metrics`` page (one instant) or a recording (OpenMetrics, a timestamp on every
     sample, ``# EOF``; several instants) into ``bundle``.
 
     Raises:
-        InputError: missing, a directory, empty, binary, or not Prometheus text / OpenMetrics.
+        InputError: missing, a directory, empty, binary, or not Prometheus text / OpenMetrics (gzip and zstandard
+            files are decompressed first, bounded as plain ones).
     """
     from ..fileio import read_bounded
 
     raw = read_bounded(path, MAX_METRICS_FILE_BYTES, "a saved /metrics page or an OpenMetrics recording")
+    if raw.startswith((MAGIC_GZIP, MAGIC_ZSTD)):  # a recording kept compressed (record … | gzip, fixtures/lab/)
+        raw = _inflated(path)
     text = raw.decode("utf-8", errors="replace")
     page_info = info if info is not None else PageInfo()
     if text.rstrip().endswith("# EOF") and "\x00" not in text:

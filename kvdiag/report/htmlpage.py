@@ -34,6 +34,8 @@ table { border-collapse: collapse; width: 100%; margin: 0.4em 0 0.8em; font-size
 th, td { text-align: left; vertical-align: top; border-bottom: 1px solid #e4e4e4; padding: 0.25em 0.5em; }
 th { background: #f4f4f4; }
 td.num { text-align: right; white-space: nowrap; }
+table.evidence td:first-child code { overflow-wrap: normal; white-space: nowrap; }  /* a signal name is one word */
+table.evidence td.src { width: 55%; }
 figure { margin: 0.6em 0 1em; page-break-inside: avoid; break-inside: avoid; }
 figure svg { width: 100%; height: auto; display: block; }
 figcaption { color: var(--soft); font-size: 0.85em; }
