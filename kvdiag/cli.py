@@ -250,7 +250,7 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if output:  # before any work: never write the report over an input, a folder or a device
         from .fileio import check_output_target
 
-        check_output_target(output, "--output", [*logs, *metrics_files, model_config or ""])
+        check_output_target(output, "--output", [*logs, *metrics_files, model_config or "", trace or ""])
     if prometheus_url and (logs or metrics_files or metrics_urls):
         raise click.UsageError("--prometheus-url judges the instances it holds; it does not mix with --log, "
                                "--metrics-file or --metrics-url")
@@ -622,7 +622,14 @@ def _main(argv: list[str] | None) -> int:
         return rc if isinstance(rc, int) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, EOFError):  # click turns any EOFError into Abort: an input ended early, not a ^C
+            if debug:
+                raise cause from None
+            click.echo(f"kvdiag: error: an input ended early ({cause or 'end of file'})", err=True)
+            nagios(f"an input ended early ({cause or 'end of file'})")
+            return ExitStatus.UNKNOWN
         click.echo("kvdiag: interrupted", err=True)
         return ExitStatus.INTERRUPTED
     except click.exceptions.NoArgsIsHelpError as exc:  # 'kvdiag rules' alone: its help, on stdout

@@ -8,7 +8,9 @@ import re
 _SECRET_KEY = r"(?:api[-_]?key|hf[-_]?token|token|passw(?:or)?d|secret|authorization|credentials?)"
 # a value after a key: a [list] of items, a quoted string (spaces, commas and backslash-escaped quotes inside), or a
 # bare word (commas inside, a trailing comma belongs to the enclosing Namespace/dict)
-_SECRET_VALUE = r"""(\[[^\]\n]*\]|'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|(?:Bearer\s+|Basic\s+)?[^\s'",)\]}]+(?:,[^\s'",)\]}]+)*)"""
+# (a bare word never starts with '(' or '|': "--api-key (default)" and a Markdown table's cell separator after a
+# flag are not values)
+_SECRET_VALUE = r"""(\[[^\]\n]*\]|'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|(?:Bearer\s+|Basic\s+)?(?![(|])[^\s'",)\]}]+(?:,[^\s'",)\]}]+)*)"""
 _SECRET_PATTERNS = [
     # --api-key VALUE / --api-key=VALUE / --hf-token ... (CLI flags echoed in 'args: ...' lines), and the argv-list
     # form ['--api-key', 'VALUE'] of a launcher's command line
@@ -33,11 +35,12 @@ _SECRET_PATTERNS = [
 ]
 # patterns whose whole value becomes *** (no quotes or list kept): Bearer, URL/AKIA userinfo, X-Amz, bare shapes
 _WHOLE = {2, 3, 5, 6, 7}
-# C0 control characters but tab, newline and carriage return, and DEL: shown as '?' in a report
+# C0 control characters but tab, newline and carriage return, DEL, and the bidirectional embedding / override /
+# isolate controls (U+202A-202E, U+2066-2069: they reorder what a terminal or a page shows): '?' in a report
 # a URL's query (every value hidden, whatever its name: ?jwt=…, ?x=…; a URL in a message shows its names only)
 _URL_QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#'\"<>]*\?)([^\s#'\"<>]*)")
 _QUERY_VALUE = re.compile(r"=[^&;]*")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
 _NONE_VALUES = {"none", "null", "false", "true", "''", '""', "[]"}
 _QUOTED_ITEM = re.compile(r"""'[^'\n]*'|"[^"\n]*"|[^\s,'"\[\]]+""")
 

@@ -280,6 +280,18 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
     """What-if: replay a workload under other settings (pool, block size, max_num_seqs, ...) with a model of vLLM
     V1's scheduler and block pool; one row per setting: preemptions, KV usage, waiting queue, queue time,
     prefix-cache hit rate. All numbers are simulated."""
+    if output is not None and not output.strip():
+        raise click.UsageError("--output '': expected a file path (leave --output out to write to standard output)")
+    if output:  # before any work: never write the table over an input (the trace, a lab case's files, the config)
+        import os
+
+        from ..fileio import check_output_target
+
+        inputs = [trace or "", model_config or ""]
+        for folder in (lab_case, from_metrics):
+            if folder and os.path.isdir(folder):
+                inputs += [os.path.join(dp, f) for dp, _dn, fs in os.walk(folder) for f in fs][:10000]
+        check_output_target(output, "--output", inputs)
     if sum(x is not None for x in (trace, lab_case, from_metrics)) != 1:
         raise click.UsageError("give exactly one of --trace FILE, --lab-case DIR or --from-metrics DIR")
     base: Setting | None = None

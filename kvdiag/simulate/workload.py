@@ -201,6 +201,34 @@ def _load_workload_json(path: str, text: str, cap: int) -> tuple[list[Request], 
     return out, {"format": "workload.json", "serving_start_unix": float(start), "mode": doc.get("mode", "open")}
 
 
+def _check_truth(path: Path, t: dict, setting: Setting, cost: StepCost, duration: float, start: float) -> None:
+    """The values of a lab case's ``truth.json`` in the domains the command-line options have.
+
+    Raises:
+        InputError: the first field out of its domain, named with its allowed range.
+    """
+    def bad(field: str, value, expected: str):
+        raise InputError(f"{path}: {field} = {str(value)[:40]}: expected {expected}")
+
+    for field, value, lo, hi in (("num_gpu_blocks", setting.num_gpu_blocks, 2, 1 << 26),
+                                 ("block_size", setting.block_size, 1, 1 << 20),
+                                 ("deployment.max_num_seqs", setting.max_num_seqs, 1, 1 << 20),
+                                 ("deployment.max_num_batched_tokens", setting.max_num_batched_tokens, 1, 1 << 30),
+                                 ("deployment.max_model_len", setting.max_model_len, 1, 1 << 30)):
+        if not lo <= value <= hi:
+            bad(field, value, f"an integer from {lo:,} to {hi:,}")
+    if not isinstance(t["deployment"]["enable_prefix_caching"], bool):
+        bad("deployment.enable_prefix_caching", t["deployment"]["enable_prefix_caching"], "true or false")
+    for name in ("overhead_ms", "weights_ms", "compute_us_per_token", "kv_read_ns_per_token"):
+        v = getattr(cost, name)
+        if not (math.isfinite(v) and 0 <= v <= 1e6):
+            bad(f"step_cost_model.{name}", v, "a finite number from 0 to 1e6")
+    if not (math.isfinite(duration) and 0 < duration <= 1e8):
+        bad("clock.duration_s", duration, "seconds, more than 0 and at most 1e8")
+    if not (math.isfinite(start) and 0 <= start < 1e10):
+        bad("clock.serving_start_unix", start, "Unix seconds")
+
+
 def load_lab_case(folder: str) -> dict:
     """A twin-lab case folder → ``{"requests", "setting", "step_cost", "duration_s", "start_s", "mode"}`` from its
     ``workload.json`` and ``truth.json`` (pool, block size, max_num_seqs, max_num_batched_tokens, prefix
@@ -223,9 +251,11 @@ def load_lab_case(folder: str) -> dict:
         duration = float(t["clock"]["duration_s"])
         start = float(t["clock"]["serving_start_unix"])
         kv_bytes = int(dep.get("kv_bytes_per_token") or 0)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{truth_p}: {exc.__class__.__name__} {exc}: expected the lab's truth.json "
-                         "(num_gpu_blocks, block_size, deployment, step_cost_model, clock)") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+        what = f"field {exc.args[0]!r} missing" if isinstance(exc, KeyError) else "a field of the wrong type"
+        raise InputError(f"{truth_p}: {what}: expected the lab's truth.json (num_gpu_blocks, block_size, deployment, "
+                         "step_cost_model, clock)") from None
+    _check_truth(truth_p, t, setting, cost, duration, start)
     return {"requests": reqs, "setting": setting, "step_cost": cost, "duration_s": duration, "start_s": start,
             "mode": meta.get("mode", "open"), "kv_bytes_per_token": kv_bytes, "truth": t}
 
