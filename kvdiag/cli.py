@@ -457,8 +457,8 @@ def rules_list(rules_dirs) -> None:
 @click.option("--out", default=None, metavar="FILE", help="Write the rule file here (default: standard output).")
 @click.option("--tests", "tests_out", default=None, metavar="FILE",
               help="Also write a 'promtool test rules' file built from the rules' cases.")
-@click.option("--window", type=Duration(max_seconds=366 * 86400), default="5m", show_default=True,
-              help="Range of the *_over_time windows (at most 366d).")
+@click.option("--window", type=Duration(min_seconds=60, max_seconds=366 * 86400), default="5m", show_default=True,
+              help="Range of the *_over_time windows (1m to 366d: a third of it still spans several scrapes).")
 @click.option("--for", "for_", type=str, default="auto", show_default=True, metavar="DURATION",
               help="'for:' of every alert (at most 366d); auto: each rule's own window (the shortest range it "
                    "reads).")
@@ -493,6 +493,12 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
             raise click.BadParameter(f"{target}: is a folder, expected a file path", param_hint=option)
         if target and not Path(target).parent.is_dir():
             raise click.BadParameter(f"{target}: folder {Path(target).parent} does not exist", param_hint=option)
+    if out and tests_out:
+        written = {Path(tests_out).resolve(), Path(tests_out).with_suffix(".rules.yml").resolve()}
+        if Path(out).resolve() in written:
+            raise click.BadParameter(f"{out}: is also where --tests {tests_out} writes (its tests, and the rules they "
+                                     f"read as {Path(tests_out).with_suffix('.rules.yml').name}); give another file",
+                                     param_hint="--out")
     loaded = load_rules(list(rules_dirs))
     text = export_prometheus(loaded, window=win, for_=for_)
     body, notes = None, []

@@ -89,3 +89,43 @@ def test_redaction_keeps_a_markdown_row_and_a_default_marker():
 
 def test_bidirectional_controls_never_reach_a_report():
     assert redact("model \u202eevil\u2066x") == "model ?evil?x"
+
+
+def test_waiting_max_is_never_below_its_mean(tmp_path):
+    """One request that never fits waits for the whole run: the max read 0 under a mean of 1."""
+    trace = tmp_path / "big.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,1000,10\n", encoding="utf-8")
+    r = run_kvdiag("simulate", "--trace", str(trace), "--num-gpu-blocks", "10", "--step-cost", STEP_COST,
+                   "--format", "json")
+    row = json.loads(r.out)["settings"][0]
+    assert r.code == 0 and row["requests_never_fit"] == 1
+    assert row["num_requests_waiting_max"] >= row["num_requests_waiting_p95"] >= row["num_requests_waiting_mean"] > 0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1e12"])
+def test_from_metrics_times_out_of_domain_are_named(tmp_path, value):
+    case = tmp_path / "pages"
+    shutil.copytree(LAB_CASE, case)
+    lines = (case / "times.csv").read_text(encoding="utf-8").splitlines()
+    lines[5] = lines[5].split(",")[0] + "," + value
+    (case / "times.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = run_kvdiag("simulate", "--from-metrics", str(case))
+    assert r.code == 3 and "times.csv:6: unix_time" in r.err, r.err
+
+
+def test_a_pool_from_kv_memory_too_large_names_that_option(tmp_path):
+    r = run_kvdiag("simulate", "--trace", str(_trace(tmp_path / "t.csv")), "--kv-cache-memory", "1000000",
+                   "--model-config", str(FIXTURES / "simulate" / "qwen2.5-7b-instruct.config.json"),
+                   "--step-cost", STEP_COST)
+    assert r.code == 3 and "--kv-cache-memory" in r.err and "--num-gpu-blocks" not in r.err, r.err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--window", "1ms"], "too short"),
+    (["--out", "{d}/s.yml", "--tests", "{d}/s.yml"], "is also where --tests"),
+    (["--out", "{d}/s.rules.yml", "--tests", "{d}/s.yml"], "is also where --tests"),
+])
+def test_rules_export_refuses_a_window_promtool_cannot_read_and_colliding_files(tmp_path, argv, expected):
+    r = run_kvdiag("rules", "export", *[a.format(d=tmp_path) for a in argv])
+    assert r.code == 3 and expected in r.err, r.err
+    assert not list(tmp_path.iterdir())

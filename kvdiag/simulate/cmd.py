@@ -26,7 +26,9 @@ def _kv_dtypes() -> click.Choice:
 
 
 MAX_SETTINGS = 64
-MAX_BLOCKS = 1 << 26
+MAX_BLOCKS = 1 << 22
+"""Largest pool simulated: 4,194,304 blocks (67M tokens at block size 16, far above any GPU's pool; the model keeps
+about 55 bytes per block, ~230 MB here)."""
 STEP_COST_KEYS = ("overhead_ms", "weights_ms", "compute_us_per_token", "kv_read_ns_per_token", "jitter", "seed")
 SCHEMA_PATH = Path(__file__).with_name("simulate.schema.json")
 
@@ -371,7 +373,9 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
                 raise click.BadParameter(f"{val:g} GiB holds {nb} blocks of {bs} tokens: expected room for at least "
                                          "2 (the null block and one)", param_hint="--kv-cache-memory")
         if nb > MAX_BLOCKS:
-            raise click.BadParameter(f"{nb:,} blocks: at most {MAX_BLOCKS:,}", param_hint="--num-gpu-blocks")
+            given = f"{val:g} GiB holds {nb:,} blocks of {bs} tokens" if kind != "blocks" else f"{nb:,} blocks"
+            raise click.BadParameter(f"{given}: at most {MAX_BLOCKS:,}",
+                                     param_hint="--num-gpu-blocks" if kind == "blocks" else "--kv-cache-memory")
         settings.append(Setting(num_gpu_blocks=nb, block_size=bs, max_num_seqs=ms, max_num_batched_tokens=nbt,
                                 enable_prefix_caching=pc, max_model_len=mml))
     too_long = [r for r in reqs if r.prompt_tokens >= mml]

@@ -669,7 +669,9 @@ def simulate(requests: Sequence[Request], setting: Setting, cost: StepCost, *, d
     pairs = list(wait_pairs.items())
     res.num_requests_waiting_p50 = _wpct(pairs, 0.5)
     res.num_requests_waiting_p95 = _wpct(pairs, 0.95)
-    res.num_requests_waiting_max = wait_max
+    # (the max is at least every level the queue held for some time: a run that ends in the drain break holds its
+    # last queue without a step to read it)
+    res.num_requests_waiting_max = max([wait_max] + [k for k, v in wait_pairs.items() if v > 0])
     res.num_requests_running_mean = run_time / total_time if total_time else 0.0
     res.num_requests_running_max = run_max
     res.queue_time_p50_s = _pct(queue_times, 0.5)

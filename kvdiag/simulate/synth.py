@@ -77,9 +77,12 @@ def _pages(folder: str) -> list[tuple[float, Path]]:
     with open(tp, newline="") as f:
         for i, row in enumerate(csv.DictReader(f), 2):
             try:
-                times[int(row["sample"])] = float(row["unix_time"])
+                t = float(row["unix_time"])
+                times[int(row["sample"])] = t
             except (KeyError, TypeError, ValueError):
                 raise InputError(f"{tp}:{i}: expected sample,unix_time") from None
+            if not (math.isfinite(t) and 0 <= t < 1e10):
+                raise InputError(f"{tp}:{i}: unix_time {row['unix_time'][:40]!r}: expected Unix seconds")
     out = []
     for p in files:
         try:
