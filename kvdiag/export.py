@@ -35,9 +35,6 @@ from __future__ import annotations
 
 import math
 import re
-import os
-from pathlib import Path
-import tempfile
 
 import yaml
 
@@ -82,33 +79,16 @@ def write_output(path: str, text: str, option: str) -> None:
         InputError: ``path`` is a folder, its folder is missing, or it cannot be written
             (``option: path: what was expected``).
     """
-    from .fileio import check_output_target
+    from .fileio import atomic_write, check_output_target
 
     target = check_output_target(path, option)
     folder = target.parent
     if not folder.is_dir():
         raise InputError(f"{option} {path}: folder {folder} does not exist")
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-        tmp = None
+        atomic_write(target, text)
     except OSError as exc:
         raise InputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 #: the labels that name one vLLM engine of one server; every aggregation keeps them, every join matches on them
