@@ -129,3 +129,21 @@ def test_rules_export_refuses_a_window_promtool_cannot_read_and_colliding_files(
     r = run_kvdiag("rules", "export", *[a.format(d=tmp_path) for a in argv])
     assert r.code == 3 and expected in r.err, r.err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_nan_or_negative_counter_sample_is_skipped_not_the_whole_recording(tmp_path):
+    """OpenMetrics forbids them and prometheus-client refused the whole instant with a misleading message."""
+    import gzip
+
+    lines = gzip.decompress((FIXTURES / "lab" / "overload_000" / "recording.om.gz").read_bytes()).decode().splitlines(True)
+    hits = [i for i, ln in enumerate(lines) if ln.startswith("vllm:num_preemptions_total{")]
+    for i, bad in ((hits[3], "NaN"), (hits[5], "-1")):
+        parts = lines[i].split(" ")
+        parts[-2] = bad
+        lines[i] = " ".join(parts)
+    rec = tmp_path / "c.om"
+    rec.write_text("".join(lines), encoding="utf-8")
+    r = run_kvdiag("analyze", "--metrics-file", str(rec), "--format", "json")
+    doc = json.loads(r.out)
+    assert r.code == 2 and doc["verdict"]["primary"] == "capacity_pressure", r.err
+    assert any("vllm:num_preemptions_total: counter NaN or negative ×2" in n for n in doc["inputs"][0]["notes"])

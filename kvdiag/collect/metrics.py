@@ -99,8 +99,39 @@ def _fmt_labels(labels: dict) -> str:
     return "{" + ",".join(f'{k}="{str(v).translate(esc)}"' for k, v in sorted(labels.items())) + "}"
 
 
-def parse_page(text: str, origin: str, openmetrics: bool = False) -> list:
+_COUNTER_TYPE = re.compile(r"^#\s*TYPE\s+(\S+)\s+counter\s*$", re.M)
+_SAMPLE_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^\n]*\})?[ \t]+(\S+)")
+
+
+def _without_bad_counters(text: str) -> tuple[str, dict]:
+    """``text`` without the counter samples OpenMetrics forbids (NaN or negative: the parser then refuses the whole
+    page), and ``{"NAME: counter NaN or negative": count}`` of what was left out."""
+    counters = set(_COUNTER_TYPE.findall(text))
+    if not counters:
+        return text, {}
+    names = {c + sfx for c in counters for sfx in ("", "_total")}
+    dropped: dict = {}
+    keep = []
+    for line in text.splitlines(keepends=True):
+        m = _SAMPLE_LINE.match(line)
+        if m and m.group(1) in names:
+            try:
+                v = float(m.group(3))
+            except ValueError:
+                v = 0.0
+            if v != v or v < 0:
+                key = f"{m.group(1)}: counter NaN or negative"
+                dropped[key] = dropped.get(key, 0) + 1
+                continue
+        keep.append(line)
+    return "".join(keep), dropped
+
+
+def parse_page(text: str, origin: str, openmetrics: bool = False, dropped: dict | None = None) -> list:
     """Parse one exposition page into prometheus-client metric families.
+
+    An OpenMetrics page whose only fault is counter samples of NaN or below zero (which the parser refuses, page and
+    all) is read without them; they are counted into ``dropped`` (``"name: why" -> count``, the page notes' form).
 
     Raises:
         InputError: the text is not Prometheus text format / OpenMetrics (message names ``origin``).
@@ -116,6 +147,18 @@ def parse_page(text: str, origin: str, openmetrics: bool = False) -> list:
     try:
         return list((om_parse if use_om else text_parse)(text))
     except Exception:  # the parsers raise ValueError, TypeError or IndexError on bad lines
+        if use_om:
+            clean, bad = _without_bad_counters(text)
+            if bad:
+                try:
+                    families = list(om_parse(clean))
+                except Exception:  # noqa: BLE001 - another fault: reported below on the original text
+                    families = None
+                if families is not None:
+                    if dropped is not None:
+                        for k, n in bad.items():
+                            dropped[k] = dropped.get(k, 0) + n
+                    return families
         fmt = "OpenMetrics" if use_om else "text format"
         lineno, line = _bad_page_line(text, use_om)
         where = f"{origin}:{lineno}" if lineno else origin
@@ -512,11 +555,11 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None) -
     if instants:
         res = InputInfo(kind="metrics-file", name=path, records=len(instants))
         for ts, page in instants:
-            res.observations += add_page(bundle, parse_page(page, f"{path} @ {ts:.3f}", openmetrics=True), path, ts,
-                                         page_info)
+            res.observations += add_page(bundle, parse_page(page, f"{path} @ {ts:.3f}", openmetrics=True,
+                                                            dropped=page_info.dropped), path, ts, page_info)
         res.notes.append(f"recording: {len(instants)} instant(s) {iso(instants[0][0])} .. {iso(instants[-1][0])}")
     else:
-        families = parse_page(text, path)
+        families = parse_page(text, path, dropped=page_info.dropped)
         res = InputInfo(kind="metrics-file", name=path, records=1)
         res.observations = add_page(bundle, families, path, None, page_info)
     if res.observations == 0:
