@@ -147,3 +147,14 @@ def test_a_nan_or_negative_counter_sample_is_skipped_not_the_whole_recording(tmp
     doc = json.loads(r.out)
     assert r.code == 2 and doc["verdict"]["primary"] == "capacity_pressure", r.err
     assert any("vllm:num_preemptions_total: counter NaN or negative ×2" in n for n in doc["inputs"][0]["notes"])
+
+
+def test_diff_reads_the_model_of_a_page_from_its_model_name_label(tmp_path):
+    """A log against a page of another model was compared (model '?' on the page side) instead of refused."""
+    page = tmp_path / "llama.prom"
+    page.write_text((FIXTURES / "metrics" / "vllm033_pressure_0054.prom").read_text(encoding="utf-8")
+                    .replace("Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.1-8B"), encoding="utf-8")
+    r = run_kvdiag("diff", str(LAB_CASE / "vllm.log"), str(page))
+    assert r.code == 3 and "different models" in r.err and "meta-llama/Llama-3.1-8B" in r.err, (r.code, r.err)
+    same = run_kvdiag("diff", str(LAB_CASE / "vllm.log"), str(FIXTURES / "metrics" / "vllm033_pressure_0054.prom"))
+    assert same.code != 3 and "Qwen/Qwen2.5-7B-Instruct → Qwen/Qwen2.5-7B-Instruct" in same.out, same.err

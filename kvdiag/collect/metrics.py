@@ -315,8 +315,10 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                 continue
             if "engine" in s.labels:
                 info.engines.add(s.labels["engine"])
-            if "model_name" in s.labels:
-                info.models.add(s.labels["model_name"])
+            if "model_name" in s.labels and s.labels["model_name"] not in info.models:
+                info.models.add(s.labels["model_name"])  # the served model as a fact too (diff compares it)
+                bundle.add("model_name", None, f"label model_name of metric:{name}{at}", t=ts,
+                           text=redact(s.labels["model_name"][:300]))
             base = metric_base(name)
             text = ""
             if how == "histogram":
