@@ -287,7 +287,7 @@ def run_config(data: bytes, tmp: Path, judge: bool = True) -> str:
         from kvdiag.estimate_cmd import _load_config
         try:
             _load_config(path)
-        except KvdiagError:
+        except KvdiagError:  # estimate's clean refusal is an outcome; anything else propagates (the defect)
             pass
         from kvdiag.analyze import load_model_config
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 import contextlib
 import http.server
 import io
-import os
 import threading
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run_kvdiag
+from conftest import FIXTURES, _Handler, run_kvdiag
 from kvdiag.cli import main
 from kvdiag.report.formats import RENDERERS
 
@@ -72,16 +71,7 @@ def _corpus(tmp: Path):
     return log, secrets, n
 
 
-class _Page(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
-
-    def log_message(self, *args):
-        pass
+_Page = type("_Page", (_Handler,), {"body": PAGE})  # conftest's fixed-body handler
 
 
 @pytest.fixture(scope="module")

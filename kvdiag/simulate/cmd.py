@@ -16,7 +16,7 @@ import click
 from ..durations import parse_duration
 from ..errors import InputError
 from ..redaction import redact
-from .model import Setting, SimulationLimit, StepCost, simulate
+from .model import MAX_BLOCKS, Setting, SimulationLimit, StepCost, simulate
 from .workload import MAX_REQUESTS, load_lab_case, load_trace, summarize
 
 def _kv_dtypes() -> click.Choice:
@@ -26,9 +26,6 @@ def _kv_dtypes() -> click.Choice:
 
 
 MAX_SETTINGS = 64
-MAX_BLOCKS = 1 << 22
-"""Largest pool simulated: 4,194,304 blocks (67M tokens at block size 16, far above any GPU's pool; the model keeps
-about 55 bytes per block, ~230 MB here)."""
 STEP_COST_KEYS = ("overhead_ms", "weights_ms", "compute_us_per_token", "kv_read_ns_per_token", "jitter", "seed")
 SCHEMA_PATH = Path(__file__).with_name("simulate.schema.json")
 

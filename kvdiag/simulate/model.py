@@ -57,6 +57,10 @@ from typing import Sequence
 __all__ = ["StepCost", "Setting", "Request", "SimResult", "simulate"]
 
 
+MAX_BLOCKS = 1 << 22
+"""Largest pool simulated: 4,194,304 blocks (67M tokens at block size 16, far above any GPU's pool; the model keeps
+about 55 bytes per block, ~230 MB here)."""
+
 @dataclass(frozen=True)
 class StepCost:
     """Duration of one engine step (milliseconds): ``overhead_ms + max(weights_ms, tokens x compute_us_per_token

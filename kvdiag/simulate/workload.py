@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import InputError
-from .model import Request, Setting, StepCost
+from .model import MAX_BLOCKS, Request, Setting, StepCost
 
 MAX_REQUESTS = 200_000  # default cap (~120 MB, about a minute): a longer trace is refused; --max-requests raises it
 MAX_TOKENS_PER_REQUEST = 10_000_000
@@ -210,7 +210,7 @@ def _check_truth(path: Path, t: dict, setting: Setting, cost: StepCost, duration
     def bad(field: str, value, expected: str):
         raise InputError(f"{path}: {field} = {str(value)[:40]}: expected {expected}")
 
-    for field, value, lo, hi in (("num_gpu_blocks", setting.num_gpu_blocks, 2, 1 << 26),
+    for field, value, lo, hi in (("num_gpu_blocks", setting.num_gpu_blocks, 2, MAX_BLOCKS),
                                  ("block_size", setting.block_size, 1, 1 << 20),
                                  ("deployment.max_num_seqs", setting.max_num_seqs, 1, 1 << 20),
                                  ("deployment.max_num_batched_tokens", setting.max_num_batched_tokens, 1, 1 << 30),
