@@ -101,13 +101,34 @@ GROUP_CODES = exit_codes(("0", "analyze, check: no problem found; the other comm
                          ("130", "interrupted (see 'kvdiag analyze --help')"))
 
 
+class GreedyOption(click.Option):
+    """A repeatable option that also takes the values after it, up to the next option: ``--metrics-file *.prom``
+    (the shell's 59 names after one flag). Only for commands without positional arguments."""
+
+    def add_to_parser(self, parser, ctx) -> None:
+        super().add_to_parser(parser, ctx)
+        for opt in self.opts:
+            entry = parser._long_opt.get(opt) or parser._short_opt.get(opt)
+            if entry is None or getattr(entry, "_greedy", False):
+                continue
+            plain = entry.process
+
+            def process(value, state, plain=plain):
+                plain(value, state)
+                while state.rargs and not state.rargs[0].startswith("-"):
+                    state.opts[self.name].append(state.rargs.pop(0))
+
+            entry.process, entry._greedy = process, True
+
+
 def _source_options(f):
     """The sources shared by the judging verbs."""
     options = [
         click.option("--log", "logs", multiple=True, metavar="FILE",
                      help="vLLM log: file, .gz or .zst, '-' for stdin (repeatable; rotated sets read oldest first)."),
-        click.option("--metrics-file", "metrics_files", multiple=True, metavar="FILE",
-                     help="Saved /metrics page (repeatable)."),
+        click.option("--metrics-file", "metrics_files", multiple=True, metavar="FILE…", cls=GreedyOption,
+                     help="Saved /metrics pages or recordings: files (several after one flag), a folder, a glob, a "
+                          "saved series' times.csv (numbered pages take their times from it; repeatable)."),
         click.option("--metrics-url", "metrics_urls", multiple=True, metavar="URL",
                      help="Live /metrics endpoint to scrape (repeatable)."),
         click.option("--duration", type=SCRAPE_DURATION, default="30s", show_default=True,
