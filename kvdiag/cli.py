@@ -584,6 +584,69 @@ def rules_explain(rule_id, rules_dirs) -> None:
     click.echo(f"File: {r.path}")
 
 
+WATCH_CODES = exit_codes(("0", "ended by q, Ctrl-C or SIGTERM: the final report printed"),
+                         ("3", "bad usage, an invalid rule file, a --listen address that cannot be bound"))
+
+
+@cli.command(epilog=WATCH_CODES)
+@click.argument("urls", nargs=-1, metavar="URL…")
+@click.option("--interval", type=SCRAPE_INTERVAL, default="5s", show_default=True,
+              help="Time between scrapes and verdicts (at least 100ms).")
+@click.option("--window", type=Duration(min_seconds=1, max_seconds=7 * 86400), default="5m", show_default=True,
+              help="The verdict shown is judged on the pages of this last stretch (the final report on all of them).")
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              help="Serve kvdiag's own /metrics there (verdict, findings, derived signals) for Prometheus.")
+@click.option("--no-tui", is_flag=True, help="No terminal view (a sidecar): a line on stderr per change.")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
+@click.option("--width", type=click.IntRange(40, 1000), default=None, metavar="N",
+              help="Wrap the final report at N columns.")
+@_http_options
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def watch(ctx, urls, interval, window, listen, no_tui, rules_dirs, width, headers, bearer_token_file, ca_cert,
+          insecure, timeout, debug):
+    """Watch vLLM /metrics endpoints live: the verdict, firing findings and sparklines, refreshed every interval.
+
+    A server that stops answering is shown as down and retried with back-off. q or Ctrl-C leaves with the final
+    report (as 'kvdiag analyze' on every page watched). --listen HOST:PORT serves the verdicts for Prometheus.
+    """
+    from .report.formats import RENDERERS
+    from .report.render import terminal_layout
+    from .watch import Watch, run_headless, run_tui
+
+    if debug:
+        ctx.obj["debug"] = True
+    if not urls:
+        raise click.UsageError("give at least one /metrics URL to watch")
+    for u in urls:
+        if not re.match(r"https?://", u):
+            raise click.BadParameter(f"{u!r}: expected an http:// or https:// /metrics URL", param_hint="URL")
+    http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
+    loaded = load_rules(list(rules_dirs))
+    w = Watch(list(urls), interval, window, loaded, http)
+    footer = ""
+    if listen:
+        from .exporter import serve
+
+        server, port = serve(w, listen)
+        footer = f"/metrics on {listen.rpartition(':')[0] or '0.0.0.0'}:{port}"
+        click.echo(f"kvdiag watch: serving /metrics on {footer.split(' on ', 1)[1]}", err=True)
+    w.start()
+    try:
+        if no_tui or not sys.stdout.isatty():
+            run_headless(w, lambda line: click.echo(line, err=True))
+        else:
+            run_tui(w, footer=footer)
+    finally:
+        w.close()
+        if listen:
+            server.shutdown()
+    report = w.final_report()
+    width, color = terminal_layout(click.get_text_stream("stdout"), width)
+    click.echo(RENDERERS["text"](report, width=width, color=color), nl=False)
+    ctx.exit(0)
+
+
 from .estimate_cmd import estimate  # noqa: E402  (the capacity model's command)
 
 estimate.epilog = ESTIMATE_CODES
