@@ -337,7 +337,7 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
 @click.option("--textfile", default=None, metavar="DIR", help="Write DIR/kvdiag.prom for node_exporter.")
 @click.option("--pushgateway", default=None, metavar="URL", help="Push the verdict series to a Pushgateway.")
 @click.option("--job", default="kvdiag", show_default=True, metavar="NAME", help="Pushgateway job name.")
-@click.option("--instance", default=None, metavar="NAME", help="Instance label (default: the URL or file checked).")
+@click.option("--instance", default=None, metavar="NAME", help="vllm_instance label of the series (default: the URL or file checked).")
 @_http_options
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context

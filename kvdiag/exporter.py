@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from .errors import InputError
 
-LABEL = "vllm_instance"
+from .check import LABEL  # vllm_instance, as check --textfile writes
 
 DERIVED_HELP = {
     "kv_token_occupancy_ratio": "Tokens held in the referenced KV blocks / their slots (derived by kvdiag)",
