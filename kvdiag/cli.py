@@ -483,8 +483,11 @@ def rules_list(rules_dirs) -> None:
 @click.option("--for", "for_", type=str, default="auto", show_default=True, metavar="DURATION",
               help="'for:' of every alert (at most 366d); auto: each rule's own window (the shortest range it "
                    "reads).")
+@click.option("--runbook-base", default="docs/runbooks/", show_default=True, metavar="URL",
+              help="Where the runbooks (docs/runbooks/<class>.md) are published: each alert's runbook_url is "
+                   "URL/<class>.md.")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
-def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
+def rules_export(fmt, out, tests_out, window, for_, runbook_base, rules_dirs) -> None:
     """Prometheus alerting rules for the rules PromQL can express (both vllm: and vllm_ names)."""
     from pathlib import Path
 
@@ -521,15 +524,15 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
                                      f"read as {Path(tests_out).with_suffix('.rules.yml').name}); give another file",
                                      param_hint="--out")
     loaded = load_rules(list(rules_dirs))
-    text = export_prometheus(loaded, window=win, for_=for_)
+    text = export_prometheus(loaded, window=win, for_=for_, runbook_base=runbook_base)
     body, notes = None, []
     if tests_out:
         dirs = [builtin_rules_dir()] + [Path(d) for d in rules_dirs]
         cases = [c for f in find_case_files(dirs) for c in load_cases(f)]
         # the tests check the expressions at a case's last sample: they read a copy of the rules with 'for: 0m'
         test_rules = Path(tests_out).with_suffix(".rules.yml")
-        body, notes = promtool_tests(loaded, cases, str(test_rules.resolve()), window=win)
-        test_rules_text = export_prometheus(loaded, window=win, for_="0m")
+        body, notes = promtool_tests(loaded, cases, str(test_rules.resolve()), window=win, runbook_base=runbook_base)
+        test_rules_text = export_prometheus(loaded, window=win, for_="0m", runbook_base=runbook_base)
     if out:
         write_output(out, text, "--out")
     if tests_out:
