@@ -263,6 +263,9 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     """
     if debug:
         ctx.obj["debug"] = True
+    from .extras import require_html
+
+    require_html(fmt)  # the kvdiag[html] extra: one line when matplotlib is missing, before any input is read
     if not (logs or metrics_files or metrics_urls or prometheus_url or (model_config and gpu_memory)):
         raise click.UsageError("give at least one source: --log, --metrics-file, --metrics-url or --prometheus-url "
                                "(or --model-config with --gpu-memory for a pre-flight check)")
