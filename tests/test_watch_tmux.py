@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from conftest import FIXTURES, ROOT
 from replay import Replay
 
@@ -23,7 +21,6 @@ MS_PER_PAGE = 1000
 START = 27  # pages 27..31 are healthy (analyze says so on every window), page 32 is where the pool fills
 FULL = 32
 
-pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed (.ci/run installs Debian's)")
 
 
 class Pane:
@@ -56,6 +53,7 @@ class Pane:
 
 
 def test_watch_live_verdict_down_recover_and_q(tmp_path):
+    assert TMUX, "tmux must be installed (Debian's package; .ci/run installs it)"
     rc_file = tmp_path / "rc"
     with Replay(SERIES, MS_PER_PAGE, start_page=START) as rep:
         cmd = (f"{sys.executable} -m kvdiag watch {rep.url} --interval {INTERVAL:g}s --width 118; "
