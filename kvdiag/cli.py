@@ -603,14 +603,20 @@ WATCH_CODES = exit_codes(("0", "ended by q, Ctrl-C or SIGTERM: the final report 
 @click.option("--listen", default=None, metavar="HOST:PORT",
               help="Serve kvdiag's own /metrics there (verdict, findings, derived signals) for Prometheus.")
 @click.option("--no-tui", is_flag=True, help="No terminal view (a sidecar): a line on stderr per change.")
+@click.option("--prometheus-url", default=None, metavar="URL",
+              help="Watch every vLLM instance a Prometheus-API server holds instead of /metrics URLs.")
+@click.option("--selector", default=None, metavar="'{job=\"vllm\"}'",
+              help="With --prometheus-url: label matchers that pick the instances.")
+@click.option("--step", type=DURATION, default="15s", show_default=True,
+              help="With --prometheus-url: resolution of the range queries.")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
 @click.option("--width", type=click.IntRange(40, 1000), default=None, metavar="N",
               help="Wrap the final report at N columns.")
 @_http_options
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
-def watch(ctx, urls, interval, window, listen, no_tui, rules_dirs, width, headers, bearer_token_file, ca_cert,
-          insecure, timeout, debug):
+def watch(ctx, urls, interval, window, listen, no_tui, prometheus_url, selector, step, rules_dirs, width, headers,
+          bearer_token_file, ca_cert, insecure, timeout, debug):
     """Watch vLLM /metrics endpoints live: the verdict, firing findings and sparklines, refreshed every interval.
 
     A server that stops answering is shown as down and retried with back-off. q or Ctrl-C leaves with the final
@@ -622,14 +628,24 @@ def watch(ctx, urls, interval, window, listen, no_tui, rules_dirs, width, header
 
     if debug:
         ctx.obj["debug"] = True
-    if not urls:
-        raise click.UsageError("give at least one /metrics URL to watch")
-    for u in urls:
+    if not urls and not prometheus_url:
+        raise click.UsageError("give at least one /metrics URL to watch, or --prometheus-url")
+    if urls and prometheus_url:
+        raise click.UsageError("--prometheus-url watches the instances it holds; it does not mix with /metrics URLs")
+    if not prometheus_url and (selector or ctx.get_parameter_source("step").name != "DEFAULT"):
+        raise click.UsageError("--selector and --step only apply to --prometheus-url")
+    for u in [*urls, *([prometheus_url] if prometheus_url else [])]:
         if not re.match(r"https?://", u):
-            raise click.BadParameter(f"{u!r}: expected an http:// or https:// /metrics URL", param_hint="URL")
+            raise click.BadParameter(f"{u!r}: expected an http:// or https:// URL", param_hint="URL")
     http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
     loaded = load_rules(list(rules_dirs))
-    w = Watch(list(urls), interval, window, loaded, http)
+    if prometheus_url:
+        from .watch import FleetWatch
+
+        w = FleetWatch(prometheus_url, selector or "", step, interval, window, loaded, http)
+        w.rules_dirs = list(rules_dirs)
+    else:
+        w = Watch(list(urls), interval, window, loaded, http)
     footer = ""
     if listen:
         from .exporter import serve

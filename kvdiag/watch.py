@@ -422,3 +422,79 @@ def run_headless(watch: Watch, echo) -> str:
     except KeyboardInterrupt:
         pass
     return "interrupt"
+
+
+class FleetWatch(Watch):
+    """``kvdiag watch --prometheus-url``: every interval, each vLLM instance a Prometheus-API server holds, judged on
+    the last ``window`` of its series (PromQL computes the rates); a Prometheus that does not answer is shown as down
+    (one line for the server itself) and retried with back-off. The final report is ``analyze --prometheus-url`` over
+    the whole watch."""
+
+    def __init__(self, url: str, selector: str, step: float, interval: float, window: float, rules,
+                 http: HttpOptions | None = None) -> None:
+        super().__init__([], interval, window, rules, http)
+        self.url, self.selector, self.step = url, selector, step
+        self.source = Server(url=safe_url(url), fetch_url=url, window=window)  # the Prometheus server itself
+        self.servers = [self.source]
+        self._by_name: dict[str, Server] = {}
+        self.rules_dirs: list[str] | None = None  # for the final report (the rules given to the live verdicts)
+
+    def start(self) -> None:
+        th = threading.Thread(target=self._fleet_loop, daemon=True, name="watch fleet")
+        th.start()
+        self._threads.append(th)
+
+    def _fleet_loop(self) -> None:
+        from .analyze import _judge_one
+        from .collect.prometheus import iter_fleet
+
+        src = self.source
+        while not self.stop.is_set():
+            began = time.monotonic()
+            end = time.time()
+            try:
+                found = []
+                for name, bundle in iter_fleet(self.url, self.selector, end - self.window, end, self.step,
+                                               http=self.http, notes=[]):
+                    found.append((name, bundle, _judge_one(self.rules, name, bundle)))
+                    if self.stop.is_set():
+                        return
+            except Exception as exc:  # noqa: BLE001 - shown and retried, never a crash
+                with src.lock:
+                    src.up, src.error = False, str(exc) or exc.__class__.__name__
+                    src.failures += 1
+                    src.info.skipped += 1
+                    wait = backoff(src.failures, self.interval)
+                    src.retry_at = time.monotonic() + wait
+                self.stop.wait(wait)
+                continue
+            with src.lock:
+                src.up, src.error, src.failures, src.last_ok = True, "", 0, end
+                src.info.records += 1
+            for name, bundle, report in found:
+                s = self._by_name.get(name)
+                if s is None:
+                    s = self._by_name[name] = Server(url=name, fetch_url="", window=self.window)
+                    self.servers = [self.source] + sorted(self._by_name.values(), key=lambda x: x.url)
+                with s.lock:
+                    old = s.report
+                    s.up, s.last_ok, s.report, s.bundle = True, end, report, bundle
+                    s.info.records += 1
+                    v = report.verdict
+                    if old is None or (old.verdict.primary, old.verdict.severity) != (v.primary, v.severity):
+                        s.changes.append((end, v.primary, v.severity))
+            self.stop.wait(max(0.0, began + self.interval - time.monotonic()))
+
+    def final_report(self) -> Report:
+        from .analyze import analyze
+
+        report = analyze(prometheus={"url": self.url, "selector": self.selector, "start": self.started,
+                                     "end": time.time(), "step": self.step}, rules_dirs=self.rules_dirs, http=self.http)
+        for inst in report.instances:
+            s = self._by_name.get(inst.instance)
+            if s is not None and s.changes:
+                inst.notes.append("verdict while watching (window " + _fmt_eta(self.window) + "): " + ", ".join(
+                    f"{_hms(t)} {c} ({sev})" for t, c, sev in s.changes[-12:]))
+        if self.source.info.skipped:
+            report.notes.append(f"{self.source.info.skipped} query round(s) of {self.source.url} failed while watching")
+        return report

@@ -18,7 +18,7 @@ SERIES = FIXTURES / "series" / "vllm033_pressure"
 TMUX = shutil.which("tmux")
 INTERVAL = 1.0
 MS_PER_PAGE = 1000
-START = 27  # pages 27..31 are healthy (analyze says so on every window), page 32 is where the pool fills
+START = 24  # pages 24..31 are healthy (analyze says so on every window), page 32 is where the pool fills
 FULL = 32
 
 
