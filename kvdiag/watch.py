@@ -304,6 +304,10 @@ def server_panel(s: Server, interval: float, width: int = 100):
                 fix = re.split(r"(?<=[.;:])\s", f.remedy[0], maxsplit=1)[0]
                 t.append("\n    → " + (fix if len(fix) <= width - 12 else fix[:width - 13] + "…"), style="")
             rows.append(t)
+    if report is None and bundle is None and up:  # the Prometheus server of --prometheus-url: its state only
+        rows.append(Text("queried every interval; its instances below", style="dim"))
+        title = Text.assemble((s.url, "bold"), "  ", state)
+        return Panel(Group(*rows), title=title, title_align="left", border_style="blue")
     table = Table.grid(padding=(0, 1))
     table.add_column(style="cyan", no_wrap=True)
     table.add_column(no_wrap=True)

@@ -90,3 +90,22 @@ def test_watch_live_verdict_down_recover_and_q(tmp_path):
                 assert "Traceback" not in out
         finally:
             pane.close()
+
+
+def test_ctrl_c_leaves_with_the_report_too(tmp_path):
+    assert TMUX, "tmux must be installed (Debian's package; .ci/run installs it)"
+    rc_file = tmp_path / "rc"
+    with Replay(SERIES, MS_PER_PAGE, start_page=40) as rep:
+        pane = Pane(tmp_path, f"{sys.executable} -m kvdiag watch {rep.url} --interval 1s --width 118; "
+                              f"echo $? > {rc_file}; sleep 600")
+        try:
+            pane.wait(lambda s: "CRITICAL  capacity_pressure" in s, 30, "the verdict")
+            pane.keys("C-c")
+            deadline = time.monotonic() + 60
+            while not rc_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert rc_file.read_text().strip() == "0"
+            out = pane.text(history=True)
+            assert "CRITICAL: capacity_pressure" in out and "Traceback" not in out
+        finally:
+            pane.close()
