@@ -35,7 +35,7 @@ def test_the_json_loads_in_the_sdk_types(board):
     titles = [p["title"] for p in board["panels"] if p["type"] == "row"]
     assert any(t.startswith("capacity_pressure") for t in titles)
     assert any(t.startswith("prefix_cache_eviction") for t in titles)
-    assert {a["name"] for a in board["annotations"]["list"]} >= {"kvdiag verdict", "kvdiag alerts firing"}
+    assert {a["name"] for a in board["annotations"]["list"]} >= {"kvdiag verdict", "kvdiag findings", "kvdiag alerts firing"}
     assert {v["name"] for v in board["templating"]["list"]} == {"datasource", "instance"}
 
 
