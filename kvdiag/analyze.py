@@ -97,8 +97,10 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         seed(bundle)
     if logs:
         read_logs(bundle, list(logs), year=year)
-    for path in metrics_files:
-        read_metrics_file(bundle, path)
+    from .pages import expand
+
+    for path, at, at_source in expand(metrics_files):  # files, folders, globs, times.csv
+        read_metrics_file(bundle, path, at=at, at_source=at_source)
     if metrics_urls:  # all at once, each into its own bundle, then into this one in the order given
         with interrupt:
             targets = scrape_targets(list(metrics_urls), duration, interval, http or HttpOptions(), progress,

@@ -402,21 +402,26 @@ def status_line(code: int, report: Report | None, perf: str, extra: list[str], e
     return status_output(code, report, perf, extra, error).split("\n", 1)[0]
 
 
+LABEL = "vllm_instance"  # the same label as kvdiag watch --listen (kvdiag/exporter.py)
+
+
 def build_registry(instance: str, report: Report | None, success: bool, now: float) -> CollectorRegistry:
-    """The series ``--textfile`` writes and ``--pushgateway`` pushes (prometheus-client renders them)."""
+    """The series ``--textfile`` writes and ``--pushgateway`` pushes (prometheus-client renders them), the server
+    named by ``vllm_instance``: ``instance`` is the label of the target Prometheus scrapes (node_exporter, the
+    Pushgateway), which would turn ours into ``exported_instance``."""
     reg = CollectorRegistry()
-    ok = Gauge("kvdiag_check_success", "1 when the last kvdiag check could judge the server", ["instance"],
+    ok = Gauge("kvdiag_check_success", "1 when the last kvdiag check could judge the server", [LABEL],
                registry=reg)
     ok.labels(instance).set(1 if success else 0)
-    last = Gauge("kvdiag_last_run_timestamp_seconds", "Unix time of the last kvdiag check", ["instance"],
+    last = Gauge("kvdiag_last_run_timestamp_seconds", "Unix time of the last kvdiag check", [LABEL],
                  registry=reg)
     last.labels(instance).set(now)
     if report is not None:
         v = Gauge("kvdiag_verdict", "The verdict of the last kvdiag check (always 1; read the labels)",
-                  ["instance", "class", "severity"], registry=reg)
+                  [LABEL, "class", "severity"], registry=reg)
         v.labels(instance, report.verdict.primary, report.verdict.severity).set(1)
         f = Gauge("kvdiag_finding", "1 when the rule fires (severity ok: a not-a-KV-problem note), 0 when quiet or unknown",
-                  ["instance", "rule_id", "class", "severity", "status"], registry=reg)
+                  [LABEL, "rule_id", "class", "severity", "status"], registry=reg)
         for finding in report.findings:
             sev = finding.severity if finding.status == "fires" else "ok"
             f.labels(instance, finding.rule_id, finding.cls, sev, finding.status).set(
@@ -466,7 +471,7 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
 
     try:
         run_with_deadline(lambda: push_to_gateway(plain, job=job, registry=registry,
-                                                  grouping_key={"instance": instance}, timeout=timeout,
+                                                  grouping_key={LABEL: instance}, timeout=timeout,
                                                   handler=handler),
                           timeout, f"no complete answer within {timeout:g}s")
     except Exception as exc:  # noqa: BLE001 - urllib errors of several kinds; the check still reports

@@ -101,13 +101,34 @@ GROUP_CODES = exit_codes(("0", "analyze, check: no problem found; the other comm
                          ("130", "interrupted (see 'kvdiag analyze --help')"))
 
 
+class GreedyOption(click.Option):
+    """A repeatable option that also takes the values after it, up to the next option: ``--metrics-file *.prom``
+    (the shell's 59 names after one flag). Only for commands without positional arguments."""
+
+    def add_to_parser(self, parser, ctx) -> None:
+        super().add_to_parser(parser, ctx)
+        for opt in self.opts:
+            entry = parser._long_opt.get(opt) or parser._short_opt.get(opt)
+            if entry is None or getattr(entry, "_greedy", False):
+                continue
+            plain = entry.process
+
+            def process(value, state, plain=plain):
+                plain(value, state)
+                while state.rargs and not state.rargs[0].startswith("-"):
+                    state.opts[self.name].append(state.rargs.pop(0))
+
+            entry.process, entry._greedy = process, True
+
+
 def _source_options(f):
     """The sources shared by the judging verbs."""
     options = [
         click.option("--log", "logs", multiple=True, metavar="FILE",
                      help="vLLM log: file, .gz or .zst, '-' for stdin (repeatable; rotated sets read oldest first)."),
-        click.option("--metrics-file", "metrics_files", multiple=True, metavar="FILE",
-                     help="Saved /metrics page (repeatable)."),
+        click.option("--metrics-file", "metrics_files", multiple=True, metavar="FILE…", cls=GreedyOption,
+                     help="Saved /metrics pages or recordings: files (several after one flag), a folder, a glob, a "
+                          "saved series' times.csv (numbered pages take their times from it; repeatable)."),
         click.option("--metrics-url", "metrics_urls", multiple=True, metavar="URL",
                      help="Live /metrics endpoint to scrape (repeatable)."),
         click.option("--duration", type=SCRAPE_DURATION, default="30s", show_default=True,
@@ -242,6 +263,9 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     """
     if debug:
         ctx.obj["debug"] = True
+    from .extras import require_html
+
+    require_html(fmt)  # the kvdiag[html] extra: one line when matplotlib is missing, before any input is read
     if not (logs or metrics_files or metrics_urls or prometheus_url or (model_config and gpu_memory)):
         raise click.UsageError("give at least one source: --log, --metrics-file, --metrics-url or --prometheus-url "
                                "(or --model-config with --gpu-memory for a pre-flight check)")
@@ -316,7 +340,7 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
 @click.option("--textfile", default=None, metavar="DIR", help="Write DIR/kvdiag.prom for node_exporter.")
 @click.option("--pushgateway", default=None, metavar="URL", help="Push the verdict series to a Pushgateway.")
 @click.option("--job", default="kvdiag", show_default=True, metavar="NAME", help="Pushgateway job name.")
-@click.option("--instance", default=None, metavar="NAME", help="Instance label (default: the URL or file checked).")
+@click.option("--instance", default=None, metavar="NAME", help="vllm_instance label of the series (default: the URL or file checked).")
 @_http_options
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
@@ -462,8 +486,11 @@ def rules_list(rules_dirs) -> None:
 @click.option("--for", "for_", type=str, default="auto", show_default=True, metavar="DURATION",
               help="'for:' of every alert (at most 366d); auto: each rule's own window (the shortest range it "
                    "reads).")
+@click.option("--runbook-base", default="docs/runbooks/", show_default=True, metavar="URL",
+              help="Where the runbooks (docs/runbooks/<class>.md) are published: each alert's runbook_url is "
+                   "URL/<class>.md.")
 @click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
-def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
+def rules_export(fmt, out, tests_out, window, for_, runbook_base, rules_dirs) -> None:
     """Prometheus alerting rules for the rules PromQL can express (both vllm: and vllm_ names)."""
     from pathlib import Path
 
@@ -500,15 +527,15 @@ def rules_export(fmt, out, tests_out, window, for_, rules_dirs) -> None:
                                      f"read as {Path(tests_out).with_suffix('.rules.yml').name}); give another file",
                                      param_hint="--out")
     loaded = load_rules(list(rules_dirs))
-    text = export_prometheus(loaded, window=win, for_=for_)
+    text = export_prometheus(loaded, window=win, for_=for_, runbook_base=runbook_base)
     body, notes = None, []
     if tests_out:
         dirs = [builtin_rules_dir()] + [Path(d) for d in rules_dirs]
         cases = [c for f in find_case_files(dirs) for c in load_cases(f)]
         # the tests check the expressions at a case's last sample: they read a copy of the rules with 'for: 0m'
         test_rules = Path(tests_out).with_suffix(".rules.yml")
-        body, notes = promtool_tests(loaded, cases, str(test_rules.resolve()), window=win)
-        test_rules_text = export_prometheus(loaded, window=win, for_="0m")
+        body, notes = promtool_tests(loaded, cases, str(test_rules.resolve()), window=win, runbook_base=runbook_base)
+        test_rules_text = export_prometheus(loaded, window=win, for_="0m", runbook_base=runbook_base)
     if out:
         write_output(out, text, "--out")
     if tests_out:
@@ -561,6 +588,117 @@ def rules_explain(rule_id, rules_dirs) -> None:
                                  subsequent_indent="  "))
     click.echo(f"\nSignals required: {', '.join(' or '.join(g) for g in r.requires) or '-'}")
     click.echo(f"File: {r.path}")
+
+
+WATCH_CODES = exit_codes(("0", "ended by q, Ctrl-C or SIGTERM: the final report printed"),
+                         ("3", "bad usage, an invalid rule file, a --listen address that cannot be bound"))
+
+
+@cli.command(epilog=WATCH_CODES)
+@click.argument("urls", nargs=-1, metavar="URL…")
+@click.option("--interval", type=SCRAPE_INTERVAL, default="5s", show_default=True,
+              help="Time between scrapes and verdicts (at least 100ms).")
+@click.option("--window", type=Duration(min_seconds=1, max_seconds=7 * 86400), default="5m", show_default=True,
+              help="The verdict shown is judged on the pages of this last stretch (the final report on all of them).")
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              help="Serve kvdiag's own /metrics there (verdict, findings, derived signals) for Prometheus.")
+@click.option("--no-tui", is_flag=True, help="No terminal view (a sidecar): a line on stderr per change.")
+@click.option("--prometheus-url", default=None, metavar="URL",
+              help="Watch every vLLM instance a Prometheus-API server holds instead of /metrics URLs.")
+@click.option("--selector", default=None, metavar="'{job=\"vllm\"}'",
+              help="With --prometheus-url: label matchers that pick the instances.")
+@click.option("--step", type=DURATION, default="15s", show_default=True,
+              help="With --prometheus-url: resolution of the range queries.")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
+@click.option("--width", type=click.IntRange(40, 1000), default=None, metavar="N",
+              help="Wrap the final report at N columns.")
+@_http_options
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def watch(ctx, urls, interval, window, listen, no_tui, prometheus_url, selector, step, rules_dirs, width, headers,
+          bearer_token_file, ca_cert, insecure, timeout, debug):
+    """Watch vLLM /metrics endpoints live: the verdict, firing findings and sparklines, refreshed every interval.
+
+    A server that stops answering is shown as down and retried with back-off. q or Ctrl-C leaves with the final
+    report (as 'kvdiag analyze' on every page watched). --listen HOST:PORT serves the verdicts for Prometheus.
+    """
+    from .report.formats import RENDERERS
+    from .report.render import terminal_layout
+    from .watch import Watch, run_headless, run_tui
+
+    if debug:
+        ctx.obj["debug"] = True
+    if not urls and not prometheus_url:
+        raise click.UsageError("give at least one /metrics URL to watch, or --prometheus-url")
+    if urls and prometheus_url:
+        raise click.UsageError("--prometheus-url watches the instances it holds; it does not mix with /metrics URLs")
+    if not prometheus_url and (selector or ctx.get_parameter_source("step").name != "DEFAULT"):
+        raise click.UsageError("--selector and --step only apply to --prometheus-url")
+    for u in [*urls, *([prometheus_url] if prometheus_url else [])]:
+        if not re.match(r"https?://", u):
+            raise click.BadParameter(f"{u!r}: expected an http:// or https:// URL", param_hint="URL")
+    http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
+    loaded = load_rules(list(rules_dirs))
+    if prometheus_url:
+        from .watch import FleetWatch
+
+        w = FleetWatch(prometheus_url, selector or "", step, interval, window, loaded, http)
+        w.rules_dirs = list(rules_dirs)
+    else:
+        w = Watch(list(urls), interval, window, loaded, http)
+    footer = ""
+    if listen:
+        from .exporter import serve
+
+        server, port = serve(w, listen)
+        footer = f"/metrics on {listen.rpartition(':')[0] or '0.0.0.0'}:{port}"
+        click.echo(f"kvdiag watch: serving /metrics on {footer.split(' on ', 1)[1]}", err=True)
+    w.start()
+    try:
+        if no_tui or not sys.stdout.isatty():
+            run_headless(w, lambda line: click.echo(line, err=True))
+        else:
+            run_tui(w, footer=footer)
+    finally:
+        w.close()
+        if listen:
+            server.shutdown()
+    report = w.final_report()
+    width, color = terminal_layout(click.get_text_stream("stdout"), width)
+    click.echo(RENDERERS["text"](report, width=width, color=color), nl=False)
+    ctx.exit(0)
+
+
+@cli.group(epilog=exit_codes(("0", "written"), ("3", "bad usage, an invalid rule file, --out not writable")))
+def dashboards() -> None:
+    """Grafana dashboards for vLLM's KV cache and kvdiag's rules."""
+
+
+@dashboards.command("export", epilog=exit_codes(("0", "written"),
+                                                ("3", "bad usage, an invalid rule file, --out not writable")))
+@click.option("--out", default=None, metavar="FILE", help="Write the dashboard JSON here (default: standard output).")
+@click.option("--window", type=Duration(min_seconds=60, max_seconds=366 * 86400), default="5m", show_default=True,
+              help="Range of the rule panels' *_over_time windows (as for 'kvdiag rules export').")
+@click.option("--rules", "rules_dirs", multiple=True, metavar="DIR", help="Extra folder of rule files.")
+def dashboards_export(out, window, rules_dirs) -> None:
+    """A Grafana dashboard (JSON, Grafana Foundation SDK): vLLM's pool, queue, preemptions and prefix cache, one
+    row per diagnosis class with the queries that decide it, kvdiag's verdicts and alerts as annotations."""
+    try:
+        from .dashboards import export_json
+    except ImportError as exc:  # pragma: no cover - a dependency of the package; said in one line if it is missing
+        raise InputError(f"the Grafana Foundation SDK is not installed ({exc.name}): "
+                         "pip install grafana-foundation-sdk") from None
+    from .export import write_output
+    from .fileio import check_output_target
+
+    if out is not None:
+        check_output_target(out, "--out")
+    seconds = int(window)
+    text = export_json(load_rules(list(rules_dirs)), window=f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s")
+    if out:
+        write_output(out, text, "--out")
+    else:
+        click.echo(text, nl=False)
 
 
 from .estimate_cmd import estimate  # noqa: E402  (the capacity model's command)

@@ -46,7 +46,10 @@ def diff(ctx, before, after, before_also, after_also, prometheus_url, before_win
     content): the start-up memory budget line by line, the configuration, the run, both verdicts, the most moved
     first, and the lines that explain the change."""
     from .diff import compare, diff_inputs
+    from .extras import require_html
     from .report.diff_render import DIFF_RENDERERS
+
+    require_html(fmt)  # the kvdiag[html] extra: one line when matplotlib is missing, before any input is read
 
     if output is not None and not output.strip():
         raise click.UsageError("--output '': expected a file path (leave --output out to write to standard output)")

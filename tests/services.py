@@ -64,8 +64,8 @@ def pushgateway(tmp: Path):
 
 @contextlib.contextmanager
 def prometheus(tmp: Path, scrape_targets: list[str] | None = None, data_dir: Path | None = None,
-               extra_args: list[str] | None = None):
-    """Start Prometheus on 127.0.0.1 scraping ``scrape_targets`` (host:port, honor_labels) every second.
+               extra_args: list[str] | None = None, honor_labels: bool = True):
+    """Start Prometheus on 127.0.0.1 scraping ``scrape_targets`` (host:port, honor_labels unless told) every second.
 
     ``data_dir`` may hold blocks made by ``promtool tsdb create-blocks-from openmetrics``. Yields the base URL.
     """
@@ -75,7 +75,7 @@ def prometheus(tmp: Path, scrape_targets: list[str] | None = None, data_dir: Pat
     cfg = tmp / "prometheus.yml"
     jobs = ""
     for i, target in enumerate(scrape_targets or []):
-        jobs += (f"  - job_name: target{i}\n    honor_labels: true\n    scrape_interval: 1s\n"
+        jobs += (f"  - job_name: target{i}\n    honor_labels: {str(honor_labels).lower()}\n    scrape_interval: 1s\n"
                  f"    static_configs:\n      - targets: ['{target}']\n")
     cfg.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n" + (jobs or "  []\n"))
     data = data_dir or (tmp / "prom-data")

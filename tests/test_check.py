@@ -205,7 +205,7 @@ def test_textfile_is_written_atomically_with_the_series(kvdiag, tmp_path):
     assert files == ["kvdiag.prom"]                        # no temporary file left behind
     fams = {f.name: f for f in text_string_to_metric_families((out / "kvdiag.prom").read_text())}
     verdict = fams["kvdiag_verdict"].samples[0]
-    assert verdict.labels == {"instance": "gpu-node-1", "class": "capacity_pressure", "severity": "critical"}
+    assert verdict.labels == {"vllm_instance": "gpu-node-1", "class": "capacity_pressure", "severity": "critical"}
     assert fams["kvdiag_check_success"].samples[0].value == 1
     assert fams["kvdiag_last_run_timestamp_seconds"].samples[0].value > 1.7e9
     firing = [s for s in fams["kvdiag_finding"].samples if s.value == 1]

@@ -15,12 +15,12 @@ def test_check_pushes_and_prometheus_scrapes_the_verdict(kvdiag, tmp_path):
         target = gw.removeprefix("http://")
         with prometheus(tmp_path, [target]) as prom:
             verdict = wait_for(prom, 'kvdiag_verdict{job="kvdiag-test"}')
-            assert verdict[0]["metric"]["instance"] == "vllm-a"
+            assert verdict[0]["metric"]["vllm_instance"] == "vllm-a"
             assert verdict[0]["metric"]["class"] == "capacity_pressure"
             assert verdict[0]["metric"]["severity"] == "critical"
             firing = wait_for(prom, 'kvdiag_finding{job="kvdiag-test",status="fires",severity!="ok"} == 1')
             assert {r["metric"]["rule_id"] for r in firing} == {"CAP001"}
-            ok = wait_for(prom, 'kvdiag_check_success{instance="vllm-a"}')
+            ok = wait_for(prom, 'kvdiag_check_success{vllm_instance="vllm-a"}')
             assert ok[0]["value"][1] == "1"
 
 

@@ -25,6 +25,9 @@ COMMANDS = {  # command path → the exit codes its help must list
     ("rules", "explain"): {"0", "3"},
     ("rules", "test"): {"0", "1", "3"},
     ("rules", "export"): {"0", "3"},
+    ("watch",): {"0", "3"},
+    ("dashboards",): {"0", "3"},
+    ("dashboards", "export"): {"0", "3"},
 }
 
 

@@ -532,9 +532,11 @@ def _inflated(path: str) -> bytes:
     return data
 
 
-def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None) -> InputInfo:
+def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, at: float | None = None,
+                      at_source: str = "") -> InputInfo:
     """Read a saved ``/metrics`` page (one instant) or a recording (OpenMetrics, a timestamp on every
-    sample, ``# EOF``; several instants) into ``bundle``.
+    sample, ``# EOF``; several instants) into ``bundle``. ``at`` is the scrape time of a page without timestamps
+    (from a saved series' times.csv, ``at_source``; :mod:`kvdiag.pages`).
 
     Raises:
         InputError: missing, a directory, empty, binary, or not Prometheus text / OpenMetrics (gzip and zstandard
@@ -563,7 +565,9 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None) -
     else:
         families = parse_page(text, path, dropped=page_info.dropped)
         res = InputInfo(kind="metrics-file", name=path, records=1)
-        res.observations = add_page(bundle, families, path, None, page_info)
+        res.observations = add_page(bundle, families, path, at, page_info)
+        if at is not None:
+            res.notes.append(f"scraped at {iso(at)} ({at_source or 'times.csv'})")
     if res.observations == 0:
         res.notes.append("no vllm: series on this page")
     if info is None:

@@ -27,9 +27,10 @@ CONFIDENCES = ("low", "medium", "high")
 AGGS = ("last", "first", "min", "max", "mean", "p95", "count", "present", "increase", "rate")
 OPS = (">", ">=", "<", "<=", "==", "!=")
 _RULE_KEYS = {"id", "name", "class", "title", "severity", "priority", "confidence", "requires", "uses", "params",
-              "when", "message", "quiet", "evidence", "remedy", "doc", "references", "forecast"}
+              "when", "message", "quiet", "evidence", "remedy", "doc", "references", "forecast", "alert"}
 _DOC_KEYS = ("meaning", "impact", "diagnosis", "false_positives", "remedy")
 _ID = re.compile(r"^[A-Z][A-Z0-9_-]{0,31}$")
+_ALERT = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
 PRIORITY_RANGE = (0, 1000)
 MAX_DEPTH = 32  # nesting of all/any/not in a `when:` tree
 MAX_SPEC_NUMBER = 64  # largest width or precision a template's format spec may ask for
@@ -84,6 +85,7 @@ class Rule:
     references: list[str] = field(default_factory=list)
     path: str = ""
     forecast: bool = False  # the rule predicts a problem that has not happened yet (CAP002); said so in the report
+    alert: str = ""  # the exported Prometheus alert's name (VllmKvCachePoolExhausted); '' = from the rule's name
 
 
 def _err(path: str, msg: str) -> RuleFileError:
@@ -313,6 +315,9 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
     for key in ("name", "title"):
         if not isinstance(raw[key], str) or not raw[key].strip():
             raise _err(path, f"{key} must be a non-empty string")
+    if "alert" in raw and (not isinstance(raw["alert"], str) or not _ALERT.match(raw["alert"])):
+        raise _err(path, f"alert must be a Prometheus alert name in CamelCase (capital letter, then letters and "
+                         f"digits, at most 64), got {str(raw['alert'])[:40]!r}")
     priority = raw.get("priority", 50)
     if isinstance(priority, bool) or not isinstance(priority, int) \
             or not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
@@ -375,7 +380,7 @@ def load_rule(path: str | Path, text: str | None = None) -> Rule:
                 requires=requires, uses=uses, params=params, when=_parse_node(raw["when"], path, params),
                 message=message, quiet=quiet, evidence=evidence, remedy=remedy,
                 doc=doc, references=_str_list(raw.get("references"), path, "references"), path=path,
-                forecast=forecast)
+                forecast=forecast, alert=raw.get("alert", ""))
 
 
 def builtin_rules_dir() -> Path:

@@ -279,6 +279,9 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
     """What-if: replay a workload under other settings (pool, block size, max_num_seqs, ...) with a model of vLLM
     V1's scheduler and block pool; one row per setting: preemptions, KV usage, waiting queue, queue time,
     prefix-cache hit rate. All numbers are simulated."""
+    from ..extras import require_html
+
+    require_html(fmt)  # the kvdiag[html] extra: one line when matplotlib is missing
     if output is not None and not output.strip():
         raise click.UsageError("--output '': expected a file path (leave --output out to write to standard output)")
     if output:  # before any work: never write the table over an input (the trace, a lab case's files, the config)
