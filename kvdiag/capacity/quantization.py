@@ -116,7 +116,7 @@ class Scheme:
 
     def _ignored(self, m: Module) -> bool:
         names = (m.name,) + m.aliases + m.fused
-        if any(f in n for f in self.forced_16bit for n in names):
+        if any(f in m.name for f in self.forced_16bit):  # vLLM's own prefix, not the checkpoint's aliases
             return True
         for entry in self.ignore:
             for n in names:
@@ -143,6 +143,8 @@ class Scheme:
         for targets, fmt in self.formats:
             if _targeted(m, targets):
                 return fmt
+            if m.kind == "lm_head" and self.method != "compressed-tensors" and "Linear" in targets:
+                return fmt  # GPTQ lm_head: true, modelopt's ParallelLMHead: the linear scheme
         return None
 
     def module_bytes(self, m: Module) -> float:

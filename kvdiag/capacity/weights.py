@@ -140,6 +140,47 @@ def weights_bytes(
     return weights_breakdown(config, quantization, include_mtp=include_mtp, mxfp4_pad=mxfp4_pad)["total"]
 
 
+MXFP4_BACKEND_PADDING = {
+    "default": (1, 64),
+    "triton": (256, 64),
+    "marlin": (256, 128),
+}
+"""``(hidden, intermediate)`` multiples the MXFP4 MoE backend rounds the experts to. ``default`` and ``marlin``:
+``fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size`` @ v0.33.0 (the fallback branch
+rounds the intermediate size to 64; Marlin the intermediate to 128 and the hidden size to 256). ``triton``: the
+Hopper Triton-kernels path of 0.10-0.11, hidden size to 256 and the intermediate size kept: inferred from the
+gpt-oss-20b / -120b rows of 0.11.0 on H100 (fixtures/capacity/weights.csv W08, W09), not read from that
+release's file."""
+
+
+def weights_bytes_per_worker(
+    config: Mapping[str, Any],
+    quantization: str | None = None,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    *,
+    include_mtp: bool = False,
+    mxfp4_backend: str | None = None,
+) -> int:
+    """One worker's weights, bytes, as its ``Model loading took`` line counts them.
+
+    Linear layers, experts and the vocabulary are split ``tp x pp`` ways; norms and the rotary buffer are
+    replicated on every worker (``RMSNorm`` and ``get_rope`` are not sharded).
+
+    Raises:
+        InputError: as :func:`weights_breakdown`; an unknown ``mxfp4_backend``.
+    """
+    _check_positive(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
+    pad = None
+    if mxfp4_backend:
+        if mxfp4_backend not in MXFP4_BACKEND_PADDING:
+            raise InputError(f"mxfp4 backend {mxfp4_backend!r}: expected one of {', '.join(MXFP4_BACKEND_PADDING)}")
+        pad = MXFP4_BACKEND_PADDING[mxfp4_backend]
+    b = weights_breakdown(config, quantization, include_mtp=include_mtp, mxfp4_pad=pad)
+    replicated = b["parts"].get("norms", 0) + b["parts"].get("buffers", 0)
+    return math.ceil((b["total"] - replicated) / (tensor_parallel_size * pipeline_parallel_size)) + replicated
+
+
 def weights_bytes_per_gpu(total_weights_bytes: int, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1) -> int:
     """One worker's share of the weights, bytes: ``total / (tp × pp)`` (estimate).
 
