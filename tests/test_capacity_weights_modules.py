@@ -47,7 +47,10 @@ def test_weights_row_within_one_percent_of_model_loading(row):
     got = weights_bytes_per_worker(config, row["quantization"] or None, int(row["tp"]), int(row["pp"]),
                                    mxfp4_backend=row["mxfp4_backend"] or None) / GIB
     want = float(row["logged_gib"])
-    assert abs(got - want) / want <= 0.01, (row["id"], got, want)
+    if row["listed_reason"]:  # listed with its reason (must-show 1): it must really be off, or the entry goes
+        assert abs(got - want) / want > 0.01, f"{row['id']} now within 1 %: clear listed_reason"
+    else:
+        assert abs(got - want) / want <= 0.01, (row["id"], got, want)
 
 
 def test_weights_rows_cover_the_kinds():
