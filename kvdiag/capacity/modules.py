@@ -234,7 +234,9 @@ def _rope_buffer(cfg: Mapping[str, Any], shape: ModelShape) -> list[Module]:
     if shape.attention_kind == "mla":
         rot = shape.qk_rope_head_dim or 0
     else:
-        rot = int((shape.head_dim or 0) * float(cfg.get("partial_rotary_factor") or 1.0))
+        rp = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), Mapping) else {}
+        factor = cfg.get("partial_rotary_factor") or rp.get("partial_rotary_factor") or 1.0
+        rot = int((shape.head_dim or 0) * float(factor))
     if not rot:
         return []
     ropes = 2 if cfg.get("rope_local_base_freq") else 1  # Gemma-3: local and global rope
