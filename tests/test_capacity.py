@@ -114,6 +114,10 @@ ROW_INPUTS = {
     "N08": ("mistral-7b-instruct-v0.2.json", {"torch_dtype": "float16"}, {}),
     "N09": ("qwen3-235b-a22b.json", {}, {}),
     "N10": ("qwen3.6-35b-a3b.json", _qwen36_overrides(), {"prefix_caching": True}),
+    "N11": ("qwen3.5-2b.json", {}, {}),
+    # non-default args: speculative_config mtp / 2, enable_prefix_caching, max_num_batched_tokens 65536
+    "N12": ("qwen3.6-27b.json", {}, {"speculative_method": "mtp", "num_speculative_tokens": 2, "prefix_caching": True,
+                                     "max_num_batched_tokens": 65536}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
