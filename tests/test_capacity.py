@@ -118,6 +118,8 @@ ROW_INPUTS = {
     # non-default args: speculative_config mtp / 2, enable_prefix_caching, max_num_batched_tokens 65536
     "N12": ("qwen3.6-27b.json", {}, {"speculative_method": "mtp", "num_speculative_tokens": 2, "prefix_caching": True,
                                      "max_num_batched_tokens": 65536}),
+    # the issue's EAGLE server (its num_speculative_tokens does not change a dense model's KV pool)
+    "N13": ("llama-3.1-8b-instruct.json", {}, {"speculative_method": "eagle", "num_speculative_tokens": 1}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
