@@ -120,6 +120,9 @@ ROW_INPUTS = {
                                      "max_num_batched_tokens": 65536}),
     # the issue's EAGLE server (its num_speculative_tokens does not change a dense model's KV pool)
     "N13": ("llama-3.1-8b-instruct.json", {}, {"speculative_method": "eagle", "num_speculative_tokens": 1}),
+    "N14": ("qwen3-next-80b-a3b.json", {}, {}),
+    # --enable-prefix-caching was asked for, and 0.13 turned it off for this model (logged): prefix caching off
+    "N15": ("qwen3-next-80b-a3b.json", {}, {"prefix_caching": False}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
