@@ -123,6 +123,8 @@ ROW_INPUTS = {
     "N14": ("qwen3-next-80b-a3b.json", {}, {}),
     # --enable-prefix-caching was asked for, and 0.13 turned it off for this model (logged): prefix caching off
     "N15": ("qwen3-next-80b-a3b.json", {}, {"prefix_caching": False}),
+    "N16": ("glm-4.7.json", {}, {}),  # GLM-4.6 / 4.7 share the attention shape (the fixture's _source)
+    "N17": ("glm-4.7.json", {}, {}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
