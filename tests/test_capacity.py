@@ -125,6 +125,7 @@ ROW_INPUTS = {
     "N15": ("qwen3-next-80b-a3b.json", {}, {"prefix_caching": False}),
     "N16": ("glm-4.7.json", {}, {}),  # GLM-4.6 / 4.7 share the attention shape (the fixture's _source)
     "N17": ("glm-4.7.json", {}, {}),
+    "N18": ("qwen3.6-35b-a3b.json", _qwen36_overrides(), {"prefix_caching": True}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
