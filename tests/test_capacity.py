@@ -126,6 +126,7 @@ ROW_INPUTS = {
     "N16": ("glm-4.7.json", {}, {}),  # GLM-4.6 / 4.7 share the attention shape (the fixture's _source)
     "N17": ("glm-4.7.json", {}, {}),
     "N18": ("qwen3.6-35b-a3b.json", _qwen36_overrides(), {"prefix_caching": True}),
+    "N19": ("granite-4.0-h-1b.json", {}, {"max_num_batched_tokens": 2048}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
