@@ -127,6 +127,13 @@ ROW_INPUTS = {
     "N17": ("glm-4.7.json", {}, {}),
     "N18": ("qwen3.6-35b-a3b.json", _qwen36_overrides(), {"prefix_caching": True}),
     "N19": ("granite-4.0-h-1b.json", {}, {"max_num_batched_tokens": 2048}),
+    "N20": ("qwen3-14b.json", {}, {}),
+    "N21": ("qwen3-14b.json", {}, {}),
+    "N22": ("qwen3-14b.json", {}, {"block_size": 16}),
+    "N23": ("qwen3-14b.json", {}, {}),
+    "N24": ("qwen3-14b.json", {}, {}),
+    "N25": ("qwen3-14b.json", {}, {}),
+    "N26": ("qwen3-14b.json", {}, {}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
