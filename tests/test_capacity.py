@@ -134,6 +134,7 @@ ROW_INPUTS = {
     "N24": ("qwen3-14b.json", {}, {}),
     "N25": ("qwen3-14b.json", {}, {}),
     "N26": ("qwen3-14b.json", {}, {}),
+    "N27": ("qwen2.5-1.5b-instruct.json", {"torch_dtype": "float16"}, {}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
