@@ -135,6 +135,7 @@ ROW_INPUTS = {
     "N25": ("qwen3-14b.json", {}, {}),
     "N26": ("qwen3-14b.json", {}, {}),
     "N27": ("qwen2.5-1.5b-instruct.json", {"torch_dtype": "float16"}, {}),
+    "N28": ("llava-v1.6-mistral-7b-hf.json", {}, {}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).

@@ -192,3 +192,17 @@ def test_kept_16bit_modules_are_named():
 def test_unknown_mxfp4_backend_is_named():
     with pytest.raises(InputError, match="mxfp4 backend 'cuda'"):
         weights_bytes_per_worker(TINY, mxfp4_backend="cuda")
+
+
+def test_llava_tower_is_built_up_to_the_feature_layer():
+    # llava.py _get_num_hidden_layers / utils.py get_layer_index @ v0.33.0: vision_feature_layer -2 of a 3-layer tower
+    # keeps 3 - 2 + 1 = 2 layers. One non-gated layer, d 16, i 32: 4 x 256 + 4 x 16 + (2 x 16 x 32 + 32 + 16)
+    # + 4 x 16 = 2,224 parameters; patch 3 x 14 x 14 x 16 = 9,408; projector d x out + out x out = 16 x 64 + 64 x 64 =
+    # 5,120 (text hidden 64)
+    text = {**TINY, "hidden_size": 64}
+    vision = {"num_hidden_layers": 3, "hidden_size": 16, "intermediate_size": 32, "hidden_act": "quick_gelu",
+              "patch_size": 14}
+    full = cap.parameter_count({**text, "vision_config": vision})["towers"]
+    cut = cap.parameter_count({**text, "vision_config": vision, "vision_feature_layer": -2})["towers"]
+    assert full == 3 * 2_224 + 9_408 + 5_120
+    assert cut == 2 * 2_224 + 9_408 + 5_120

@@ -266,6 +266,13 @@ def _tower_modules(config: Mapping[str, Any]) -> list[Module]:
         d = _int_field(tc, "hidden_size", "embed_dim", "d_model", "width", purpose=f"the {key} weights")
         depth = _int_field(tc, "depth", "num_hidden_layers", "encoder_layers", "num_layers", "layers",
                            purpose=f"the {key} weights")
+        feature = config.get("vision_feature_layer") if key == "vision_config" else None
+        if isinstance(feature, int) or (isinstance(feature, (list, tuple)) and feature and
+                                        all(isinstance(f, int) for f in feature)):
+            # LLaVA-style: vLLM builds the tower only up to the deepest feature layer (llava.py
+            # _get_num_hidden_layers, utils.py get_layer_index @ v0.33.0: a negative index -k keeps depth - k + 1)
+            idx = [feature] if isinstance(feature, int) else list(feature)
+            depth = max(depth + f + 1 if f < 0 else f for f in idx)
         inter = _int_field(tc, "intermediate_size", "encoder_ffn_dim", required=False)
         if inter is None:
             inter = int(d * tc.get("mlp_ratio", 4))
