@@ -137,6 +137,7 @@ ROW_INPUTS = {
     "N27": ("qwen2.5-1.5b-instruct.json", {"torch_dtype": "float16"}, {}),
     "N28": ("llava-v1.6-mistral-7b-hf.json", {}, {}),
     "N29": ("qwen2.5-0.5b-instruct.json", {}, {}),
+    "N30": ("qwen3-235b-a22b.json", {}, {}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
