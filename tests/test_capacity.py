@@ -138,6 +138,10 @@ ROW_INPUTS = {
     "N28": ("llava-v1.6-mistral-7b-hf.json", {}, {}),
     "N29": ("qwen2.5-0.5b-instruct.json", {}, {}),
     "N30": ("qwen3-235b-a22b.json", {}, {}),
+    "N31": ("gemma-3-1b-it-full.json", {}, {"max_num_batched_tokens": 8192}),  # logged chunked prefill 8192
+    "N32": ("qwen2.5-1.5b-instruct.json", {}, {}),
+    "N33": ("qwen2.5-0.5b-instruct.json", {"torch_dtype": "float16"}, {}),
+    "N34": ("qwen2.5-1.5b-instruct.json", {}, {}),
 }
 
 # Rows the model cannot reproduce from what the log and the config give, with the reason (issue 32, must-show 1).
