@@ -325,3 +325,28 @@ def test_explicit_prefix_caching_on_013_hybrid_aligns_the_block_to_the_mamba_chu
     default = cap.estimate_capacity(shape, 11.15 * GIB, kv_cache_dtype="fp8", max_model_len=8192,
                                     vllm_version="0.13.0")
     assert (default.layout.block_size, round(default.max_concurrency, 2)) == (992, 98.20)
+
+
+# --- Gated-DeltaNet hybrid under each SSM state dtype and prefix-caching mode, vLLM 0.24.0 (issue 32) ------------
+# mamba_utils.py @ v0.24.0 gated_delta_net_state_dtype (SSM state in mamba_ssm_cache_dtype); config/cache.py
+# mamba_cache_mode ('align' with prefix caching, 'none' without); MambaSpec.max_memory_usage_bytes ('align' 2 pages,
+# 'none' 1); kv_cache_utils.py get_kv_cache_capacity (printed tokens = int(max_concurrency x max_model_len)).
+
+@pytest.mark.parametrize("ssm,prefix,block,blocks,tokens", [
+    # fp32 SSM: conv 3 x 8,192 x 2 B = 49,152 + SSM 32 x 128 x 128 x 4 B = 2,097,152 -> 2,146,304 B; fp8 attention
+    # 2 x 2 x 256 x 1 B = 1,024 B/token -> block 16 x ceil(2,146,304 / 16,384) = 2,096; 4 groups of 10 -> block bytes
+    # 2,096 x 1,024 x 10 = 21,463,040; 5.98 GiB // = 299. Prefix caching off ('none'): per request ceil(131,072 /
+    # 2,096) = 63 + 3 x 1 = 66 -> 299 / 66 x 131,072 = 593,795.9 -> 593,795
+    ("float32", False, 2_096, 299, 593_795),
+    # on ('align'): 63 + 3 x 2 = 69 -> 299 / 69 x 131,072 = 567,978.7 -> 567,978 (row N10 as logged)
+    ("float32", True, 2_096, 299, 567_978),
+    # bf16 SSM: 49,152 + 1,048,576 = 1,097,728 B -> block 16 x 67 = 1,072; block bytes 10,977,280; 584 blocks;
+    # 'none': ceil(131,072 / 1,072) = 123 + 3 = 126 -> 584 / 126 x 131,072 = 607,508.1 -> 607,508
+    ("bfloat16", False, 1_072, 584, 607_508),
+])
+def test_gdn_state_dtype_and_prefix_mode_set_the_printed_line_and_the_pool(ssm, prefix, block, blocks, tokens):
+    shape = cap.model_shape(_config("qwen3.6-35b-a3b.json"))
+    est = cap.estimate_capacity(shape, 5.98 * GIB, kv_cache_dtype="fp8", max_model_len=131_072, vllm_version="0.24.0",
+                                mamba_ssm_cache_dtype=ssm, prefix_caching=prefix)
+    assert (est.layout.block_size, est.num_gpu_blocks, est.kv_capacity_tokens) == (block, blocks, tokens)
+    assert est.pool_token_slots == blocks * block  # the physical pool: every block holds `block` token slots

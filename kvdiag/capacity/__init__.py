@@ -28,7 +28,8 @@ Package layout (one file per thing, so the next attention kind is a new file):
 * ``groups``: vLLM V1's KV-cache groups and the block pool.
 * ``versions``: version strings and every version-dependent rule's range.
 * ``printing``: what vLLM prints ("GPU KV cache size", "Maximum concurrency"), per version.
-* ``estimate``: the one-call estimate; ``remedies``: the inverse questions; ``weights``: checkpoint bytes.
+* ``estimate``: the one-call estimate; ``remedies``: the inverse questions; ``weights``: checkpoint bytes;
+  ``modules``: the checkpoint's modules by name; ``quantization``: each scheme's per-module rule and ignore lists.
 
 Every public name of the former single module ``kvdiag/capacity.py`` is importable from here.
 """
@@ -78,9 +79,11 @@ from .remedies import (  # noqa: F401
     max_num_seqs_for, partial_block_waste_bytes, tensor_parallel_kv_gain,
 )
 from .weights import (  # noqa: F401
-    NON_TORCH_BYTES_ESTIMATE, _GROUP_SCALE_OVERHEAD, _QUANT_BYTES, non_kv_bytes_estimate, parameter_count,
-    weights_bytes, weights_bytes_per_gpu,
+    MXFP4_BACKEND_PADDING, NON_TORCH_BYTES_ESTIMATE, _GROUP_SCALE_OVERHEAD, _QUANT_BYTES, non_kv_bytes_estimate,
+    parameter_count, weights_breakdown, weights_bytes, weights_bytes_per_gpu, weights_bytes_per_worker,
 )
+from .modules import Module, checkpoint_modules, tied_embeddings  # noqa: F401
+from .quantization import Scheme, scheme_of  # noqa: F401
 
 from .speculative import EAGLE_HEAD_LAYERS, SPECULATIVE_METHODS, drafter_layers  # noqa: F401
 from .versions import (  # noqa: F401
@@ -129,6 +132,10 @@ __all__ = [
     "parameter_count",
     "weights_bytes",
     "weights_bytes_per_gpu",
+    "weights_bytes_per_worker",
+    "weights_breakdown",
+    "checkpoint_modules",
+    "scheme_of",
     "non_kv_bytes_estimate",
     "VllmVersion",
     "parse_vllm_version_full",

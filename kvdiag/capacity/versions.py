@@ -218,10 +218,12 @@ MAMBA_SPEC_CONV_FROM = (0, 24, 0)
 ``conv_kernel − 1 + num_spec`` @ v0.24.0; absent @ v0.11.0 and v0.13.0). The Gated-DeltaNet conv state grows
 with it in every version read (0.11.0, 0.13.0, 0.24.0)."""
 
-MAMBA_SPEC_BLOCKS_FROM = (0, 24, 0)
-"""First version read whose state groups reserve ``num_speculative_tokens`` extra pages per request
+MAMBA_SPEC_BLOCKS_FROM = (0, 23, 1)
+"""First version whose state groups reserve ``num_speculative_tokens`` extra pages per request
 (``MambaSpec.max_memory_usage_bytes`` ``(1 | 2) + num_speculative_blocks`` @ v0.24.0; the field exists but is
-unused in the worst case @ v0.13.0; absent @ v0.11.0)."""
+unused in the worst case @ v0.13.0; absent @ v0.11.0). A 0.23.1rc1 dev build already does it: capacity row N12
+(Qwen3.6-27B, MTP 2, align mode) prints 5.32x = 936 / (164 + 3 groups x (2 + 2)) and 1,394,129 tokens exactly,
+which the 2-page rule (5.51x) does not give; 0.14 - 0.23.0 were not read."""
 
 
 def version_at_least(v: tuple[int, int, int] | None, since: tuple[int, int, int]) -> bool:
