@@ -82,10 +82,11 @@ def test_lab_case_truth_with_a_huge_integer_is_one_line(tmp_path):
     import json
 
     t = json.loads(text)
-    t["block_size"] = "X"  # replaced below by a 400-digit literal (json cannot write one as a number of that size)
-    (dst / "truth.json").write_text(json.dumps(t).replace('"X"', "1" + "0" * 400))
+    t["block_size"] = "X"  # replaced below by a 5,000-digit literal
+    (dst / "truth.json").write_text(json.dumps(t).replace('"X"', "1" + "0" * 5000))
     res = run_kvdiag("simulate", "--lab-case", str(dst))
-    _one_line(res, "truth.json")
+    _one_line(res, "truth.json", "digits")  # the number's own fault, not 'a field of the wrong type'
+    assert "wrong type" not in res.err
 
 
 # --- 2. simulate --from-metrics: a bad le, a 400-digit value --------------------------------------------------------
@@ -148,10 +149,11 @@ def test_html_of_a_log_dated_outside_the_timestamp_range(tmp_path, stamp):
 
 RULE = """id: Z9
 name: templated_title
-class: kv_capacity
+class: capacity_pressure
 title: 'Pool {{ query "up" | first | value }} full'
 severity: warning
 message: m
+quiet: q
 when: {signal: kv_cache_usage, agg: max, op: ">", value: 0.9}
 doc: {meaning: 'means {{ $labels.job }} {{- 1 -}}', impact: a, diagnosis: a, false_positives: a, remedy: 'fix {{ 7 }}'}
 """
@@ -292,7 +294,7 @@ def test_a_password_holding_a_hash_is_named_as_such():
 
 
 def test_one_timestamp_range_for_pages_and_recordings(tmp_path):
-    ts = 8_000_000_000.0  # year 2223: beyond 2200 (pages), within 2286 (recordings, before the fix)
+    ts = 15_000_000_000.0  # year 2445: beyond both bounds main had (2200 for pages, 2286 for recordings)
     rec = tmp_path / "r.om"
     rec.write_text("# TYPE vllm:num_requests_running gauge\n"
                    f'vllm:num_requests_running{{model_name="m"}} 1 {ts}\n'
