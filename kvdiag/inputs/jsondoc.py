@@ -63,7 +63,7 @@ def loads(text: str, origin: str, expected: str, line: int | None = None, max_de
     except NumberError as exc:
         m = _LONG_NUMBER.search(text)
         ln = line or (text.count("\n", 0, m.start()) + 1 if m else None)
-        raise JsonError(f"{where(origin, ln)}: {exc}: expected {expected}", ln) from None
+        raise JsonError(f"{where(origin, ln)}: {exc} (in {expected})", ln) from None
     except json.JSONDecodeError as exc:
         ln = line or exc.lineno
         raise JsonError(f"{where(origin, ln)}: invalid JSON ({exc.msg}): expected {expected}", ln) from None
