@@ -23,7 +23,10 @@ def _cover_startup() -> None:
     import threading
 
     argv0 = sys.argv[0] if sys.argv else ""
-    if (argv0 != "-m" and os.path.basename(argv0) != "kvdiag") or threading.current_thread() is not threading.main_thread():
+    orig = list(getattr(sys, "orig_argv", []))
+    other_module = "-m" in orig and orig[orig.index("-m") + 1:orig.index("-m") + 2] != ["kvdiag"]
+    if (argv0 != "-m" and os.path.basename(argv0) != "kvdiag") or other_module \
+            or threading.current_thread() is not threading.main_thread():
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
