@@ -285,8 +285,8 @@ def test_a_signal_to_the_plain_command_after_startup(sig):
         time.sleep(d)
         p.send_signal(sig)
         out, err = p.communicate(timeout=60)
-        if p.returncode == -sig and not err:
-            continue  # still inside the interpreter's own start-up on a loaded machine (see above)
+        if (p.returncode == -sig and not err) or ("<frozen site>" in err and "/kvdiag/" not in err):
+            continue  # still inside the interpreter's own start-up (site) on a loaded machine (see above)
         assert p.returncode == 130 and err.strip() == "kvdiag: interrupted", (d, p.returncode, err[-800:])
 
 
