@@ -76,14 +76,14 @@ def loads(text: str, origin: str, expected: str, line: int | None = None, max_de
 def load(path: str, limit: int, expected: str, label: str = ""):
     """The JSON document in the file ``path`` (at most ``limit`` bytes), guarded as :func:`loads`."""
     text = read_text(path, limit, expected, label)
-    return loads(text, f"{label} {path}" if label else str(path), expected)
+    return loads(text, str(path), expected)  # file:line first, the one message form
 
 
 def lines(path: str, limit: int, expected: str, label: str = ""):
     """JSON Lines: ``(line number, value)`` for every non-blank line of the file ``path``, each guarded as
     :func:`loads`."""
     text = read_text(path, limit, expected, label)
-    origin = f"{label} {path}" if label else str(path)
+    origin = str(path)
     for ln, row in enumerate(text.splitlines(), 1):
         if row.strip():
             yield ln, loads(row, origin, expected, line=ln)
