@@ -152,14 +152,10 @@ def _http_options(f):
 
 
 def _header_value_problem(value: str) -> str:
-    """Why ``value`` cannot be sent as an HTTP header value ('' when it can)."""
-    if any(c in value for c in "\r\n"):
-        return "has a line break"
-    if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in value):
-        return "has a control character"
-    if any(ord(c) > 255 for c in value):
-        return "has a character outside latin-1 (HTTP headers cannot carry it)"
-    return ""
+    """Why ``value`` cannot be sent as an HTTP header value ('' when it can): :mod:`kvdiag.inputs.files`."""
+    from .inputs.files import header_value_problem
+
+    return header_value_problem(value)
 
 
 def _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout):
