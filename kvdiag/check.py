@@ -467,7 +467,12 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
 
     from .collect.metrics import run_with_deadline, safe_url
 
+    from .inputs.http import url_problem
+
     shown = safe_url(url)
+    problem = url_problem(url)  # a password holding '#' is told as such, not as "not an http:// URL"
+    if problem:
+        return Note(f"push to {shown} failed ({problem})", "push failed")
     try:
         parts = urlsplit(url)
         user, password = parts.username, parts.password

@@ -342,3 +342,10 @@ def test_no_python_advice_in_messages(tmp_path):
                   "--step-cost", STEP]):
         res = run_kvdiag(*args)
         _one_line(res)
+
+
+def test_a_pushgateway_password_holding_a_hash_is_named_as_such():
+    res = run_kvdiag("check", "--metrics-file", str(PAGE), "--pushgateway", "http://u:pa#ss@127.0.0.1:9")
+    assert res.code == 3, (res.code, res.out)
+    assert "%23" in res.out and "expected an http://" not in res.out, res.out
+    assert "pa#ss" not in res.out + res.err
