@@ -349,3 +349,16 @@ def test_a_pushgateway_password_holding_a_hash_is_named_as_such():
     assert res.code == 3, (res.code, res.out)
     assert "%23" in res.out and "expected an http://" not in res.out, res.out
     assert "pa#ss" not in res.out + res.err
+
+
+@pytest.mark.parametrize("verb", ["analyze", "diff", "check"])
+def test_output_over_a_rule_file_of_rules_is_refused(tmp_path, verb):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    rule = rules / "z9.yaml"
+    rule.write_text(RULE)
+    out_opt = ["--state", str(rule)] if verb == "check" else ["--output", str(rule)]
+    srcs = [str(PAGE), str(PAGE)] if verb == "diff" else ["--metrics-file", str(PAGE)]
+    res = run_kvdiag(verb, *srcs, "--rules", str(rules), *out_opt)
+    assert rule.read_text() == RULE
+    assert res.code == 3 and "is also an input" in res.err + res.out, (res.code, res.err[-400:], res.out[-400:])
