@@ -239,8 +239,10 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if output:  # before any work: never write the report over an input, a folder or a device
         from .fileio import check_output_target
 
+        from .inputs.files import folder_files
+
         check_output_target(output, "--output", [*logs, *metrics_files, model_config or "", trace or "",
-                                                 bearer_token_file or "", ca_cert or ""])
+                                                 bearer_token_file or "", ca_cert or "", *folder_files(rules_dirs)])
     if prometheus_url and (logs or metrics_files or metrics_urls):
         raise click.UsageError("--prometheus-url judges the instances it holds; it does not mix with --log, "
                                "--metrics-file or --metrics-url")
@@ -335,8 +337,10 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
     if state_file:  # before anything is read: --state is written, never over an input (a token, a CA bundle)
         from .fileio import check_output_target
 
+        from .inputs.files import folder_files
+
         check_output_target(state_file, "--state", [*logs, *metrics_files, model_config or "",
-                                                    bearer_token_file or "", ca_cert or ""])
+                                                    bearer_token_file or "", ca_cert or "", *folder_files(rules_dirs)])
     http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
     inst = instance or (safe_url(metrics_urls[0]) if metrics_urls else
                         (logs[0] if logs else (metrics_files or [model_config])[0]))

@@ -99,3 +99,17 @@ def ca_bundle(path: str) -> str:
     if b"-----BEGIN CERTIFICATE-----" not in raw:
         raise InputError(f"--ca-cert {path}: no '-----BEGIN CERTIFICATE-----' block, expected a PEM CA bundle")
     return str(path)
+
+
+def folder_files(folders, limit: int = 10_000) -> list[str]:
+    """The files under input folders (``--rules DIR``, a lab case, a series), at most ``limit``: the inputs an
+    output option must not name (:func:`kvdiag.fileio.check_output_target`)."""
+    out: list[str] = []
+    for folder in folders or ():
+        if not folder or not os.path.isdir(folder):
+            continue
+        for dirpath, _dirs, files in os.walk(folder):
+            out += [os.path.join(dirpath, f) for f in files]
+            if len(out) >= limit:
+                return out[:limit]
+    return out
