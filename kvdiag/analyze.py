@@ -27,23 +27,9 @@ def load_model_config(path: str) -> dict:
     """
     from . import capacity
 
-    from .fileio import read_bounded
+    from .inputs.jsondoc import config
 
-    raw = read_bounded(path, 64 * 1024 * 1024, "a model config.json")
-    from .numbers import NumberError, json_loads
-
-    try:
-        data = json_loads(raw.decode("utf-8"))
-    except NumberError as exc:
-        raise InputError(f"{path}: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply: expected a Hugging Face config.json") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    data = config(path)
     try:
         capacity.check_config_numbers(data)
         capacity.model_shape(data)

@@ -92,6 +92,20 @@ def _finite(value: object, name: str) -> float:
     return x
 
 
+STATE_BYTES = 16 * 1024 * 1024
+
+
+def _read_state(path: str):
+    """The JSON document of a state file, through the input layer (bounded read, depth and number bounds).
+
+    Raises:
+        InputError: unreadable, not UTF-8, not JSON, too deep, a number of too many digits.
+    """
+    from .inputs.jsondoc import load
+
+    return load(path, STATE_BYTES, "a kvdiag state file")
+
+
 def check_state_path(path: str) -> None:
     """Refuse a ``--state`` path kvdiag must not write to.
 
@@ -108,14 +122,15 @@ def check_state_path(path: str) -> None:
         raise InputError(f"--state {path}: folder {parent} does not exist (kvdiag does not create it)")
     if not p.exists():
         return
-    from .fileio import read_bounded
+    from .inputs.files import read_bytes
+    from .inputs.jsondoc import loads
 
-    raw = read_bounded(path, 16 * 1024 * 1024, "a kvdiag state file", label="--state")
+    raw = read_bytes(path, STATE_BYTES, "a kvdiag state file", label="--state")
     if not raw.strip():
         return
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):
+        data = loads(raw.decode("utf-8"), path, "a kvdiag state file")
+    except (InputError, ValueError):
         data = None
     if not _is_state_file(data):
         raise InputError(f"--state {path}: not a kvdiag state file (expected a JSON object with a \"version\" "
@@ -135,7 +150,7 @@ def load_state(path: str, instance: str, now: float | None = None) -> tuple[Chec
         return None, ""
     now = time.time() if now is None else now
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = _read_state(path)
         entry = data["instances"][instance]
         if data.get("version") != STATE_VERSION:
             return None, Note(f"state file {path}: version {data.get('version')!r} not understood, starting fresh",
@@ -148,8 +163,9 @@ def load_state(path: str, instance: str, now: float | None = None) -> tuple[Chec
         return CheckState(t, counters, _finite(pst, "process_start_time") if pst is not None else None), ""
     except KeyError:
         return None, ""
-    except (OSError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
-        why = str(exc) if isinstance(exc, _Corrupt) else exc.__class__.__name__
+    except (OSError, ValueError, TypeError, AttributeError, OverflowError, RecursionError, InputError) as exc:
+        why = str(exc) if isinstance(exc, _Corrupt) else (
+            "not a kvdiag state file" if isinstance(exc, InputError) else exc.__class__.__name__)
         return None, Note(f"state file {path} unreadable ({why}), starting fresh",
                           "state file unreadable, starting fresh")
 
@@ -162,14 +178,16 @@ def save_state(path: str, instance: str, state: CheckState) -> str:
     p = Path(path)
     data: dict = {"version": STATE_VERSION, "instances": {}}
     try:
-        old = json.loads(p.read_text(encoding="utf-8"))
+        old = _read_state(path) if p.exists() else None
+        if old is None:
+            raise FileNotFoundError(path)
         if isinstance(old, dict) and old.get("version") == STATE_VERSION and isinstance(old.get("instances"), dict):
             data = old
         elif not _is_state_file(old):
             return Note(f"state file {path} not written (not a kvdiag state file)", "state file not written")
     except FileNotFoundError:
         pass
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError, InputError):
         if p.exists() and p.stat().st_size > 0:
             return Note(f"state file {path} not written (not a kvdiag state file)", "state file not written")
     data["instances"][instance] = {"t": state.t, "counters": state.counters,
@@ -454,7 +472,12 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
 
     from .collect.metrics import run_with_deadline, safe_url
 
+    from .inputs.http import url_problem
+
     shown = safe_url(url)
+    problem = url_problem(url)  # a password holding '#' is told as such, not as "not an http:// URL"
+    if problem:
+        return Note(f"push to {shown} failed ({problem})", "push failed")
     try:
         parts = urlsplit(url)
         user, password = parts.username, parts.password

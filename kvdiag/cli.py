@@ -173,14 +173,10 @@ def _http_options(f):
 
 
 def _header_value_problem(value: str) -> str:
-    """Why ``value`` cannot be sent as an HTTP header value ('' when it can)."""
-    if any(c in value for c in "\r\n"):
-        return "has a line break"
-    if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in value):
-        return "has a control character"
-    if any(ord(c) > 255 for c in value):
-        return "has a character outside latin-1 (HTTP headers cannot carry it)"
-    return ""
+    """Why ``value`` cannot be sent as an HTTP header value ('' when it can): :mod:`kvdiag.inputs.files`."""
+    from .inputs.files import header_value_problem
+
+    return header_value_problem(value)
 
 
 def _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout):
@@ -201,22 +197,15 @@ def _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout):
             raise click.BadParameter(f"{name}: the value {problem} (value not shown)", param_hint="--header")
         hdrs[name] = value.strip()
     if bearer_token_file:
-        from .fileio import read_bounded
+        from .inputs.files import bearer_token
 
-        try:
-            token = read_bounded(bearer_token_file, 64 * 1024, "a bearer token",
-                                 label="--bearer-token-file").decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise InputError(f"{bearer_token_file}: not UTF-8 text, expected a bearer token") from None
-        if not token:
-            raise InputError(f"{bearer_token_file}: empty, expected a bearer token")
-        problem = _header_value_problem(token)
-        if problem:
-            raise InputError(f"{bearer_token_file}: the token {problem}, expected one line of printable "
-                             "ASCII (token not shown)")
-        hdrs["Authorization"] = f"Bearer {token}"
+        hdrs["Authorization"] = f"Bearer {bearer_token(bearer_token_file)}"
     if insecure and ca_cert:
         raise click.UsageError("--insecure and --ca-cert contradict each other; give one")
+    if ca_cert:
+        from .inputs.files import ca_bundle
+
+        ca_cert = ca_bundle(ca_cert)
     return HttpOptions(timeout=timeout, headers=hdrs, verify=False if insecure else (ca_cert or True))
 
 
@@ -274,7 +263,10 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if output:  # before any work: never write the report over an input, a folder or a device
         from .fileio import check_output_target
 
-        check_output_target(output, "--output", [*logs, *metrics_files, model_config or "", trace or ""])
+        from .inputs.files import folder_files
+
+        check_output_target(output, "--output", [*logs, *metrics_files, model_config or "", trace or "",
+                                                 bearer_token_file or "", ca_cert or "", *folder_files(rules_dirs)])
     if prometheus_url and (logs or metrics_files or metrics_urls):
         raise click.UsageError("--prometheus-url judges the instances it holds; it does not mix with --log, "
                                "--metrics-file or --metrics-url")
@@ -366,6 +358,13 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
         duration = 1.0
     from .collect.metrics import safe_url
 
+    if state_file:  # before anything is read: --state is written, never over an input (a token, a CA bundle)
+        from .fileio import check_output_target
+
+        from .inputs.files import folder_files
+
+        check_output_target(state_file, "--state", [*logs, *metrics_files, model_config or "",
+                                                    bearer_token_file or "", ca_cert or "", *folder_files(rules_dirs)])
     http = _http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
     inst = instance or (safe_url(metrics_urls[0]) if metrics_urls else
                         (logs[0] if logs else (metrics_files or [model_config])[0]))
@@ -448,7 +447,7 @@ def record(metrics_url, interval, duration, out, headers, bearer_token_file, ca_
 
     from .fileio import check_output_target
 
-    target = check_output_target(out, "--out")
+    target = check_output_target(out, "--out", [bearer_token_file or "", ca_cert or ""])
     if target.exists() and target.stat().st_size > 0:
         with open(target, "rb") as fh:
             head = fh.read(64)
@@ -692,7 +691,9 @@ def dashboards_export(out, window, rules_dirs) -> None:
     from .fileio import check_output_target
 
     if out is not None:
-        check_output_target(out, "--out")
+        from .inputs.files import folder_files
+
+        check_output_target(out, "--out", folder_files(rules_dirs))
     seconds = int(window)
     text = export_json(load_rules(list(rules_dirs)), window=f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s")
     if out:
@@ -750,6 +751,15 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+
+    def trace() -> None:
+        """``--debug``: the traceback, redacted, on stderr; what is shown changes, never the exit code."""
+        if debug:
+            import traceback
+
+            from .redaction import redact
+
+            sys.stderr.write(redact(traceback.format_exc()))
     verb = next((a for a in args if not a.startswith("-")), "")
 
     def nagios(message: str) -> None:
@@ -769,8 +779,7 @@ def _main(argv: list[str] | None) -> int:
     except click.exceptions.Abort as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, EOFError):  # click turns any EOFError into Abort: an input ended early, not a ^C
-            if debug:
-                raise cause from None
+            trace()
             click.echo(f"kvdiag: error: an input ended early ({cause or 'end of file'})", err=True)
             nagios(f"an input ended early ({cause or 'end of file'})")
             return ExitStatus.UNKNOWN
@@ -780,8 +789,7 @@ def _main(argv: list[str] | None) -> int:
         click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
         return ExitStatus.OK
     except click.ClickException as exc:  # usage errors, bad option values: UNKNOWN, not click's 2
-        if debug:
-            raise
+        trace()
         hint = ""
         ctx = getattr(exc, "ctx", None)
         if isinstance(exc, click.UsageError) and ctx is not None:
@@ -790,8 +798,7 @@ def _main(argv: list[str] | None) -> int:
         nagios(exc.format_message())
         return ExitStatus.UNKNOWN
     except KvdiagError as exc:
-        if debug:
-            raise
+        trace()
         click.echo(f"kvdiag: error: {exc}", err=True)
         nagios(str(exc))
         return exc.exit_code
@@ -801,10 +808,13 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         return ExitStatus.UNKNOWN
     except Exception as exc:  # noqa: BLE001 - the promise is: one line, never a traceback without --debug
-        if debug:
-            raise
-        click.echo(f"kvdiag: internal error: {exc.__class__.__name__}: {exc} (run with --debug for the traceback)",
-                   err=True)
+        from .redaction import redact
+
+        trace()
+        text = redact(str(exc))
+        text = text if len(text) <= 200 else text[:200] + "…"
+        click.echo(f"kvdiag: internal error: {exc.__class__.__name__}: {text}"
+                   f"{'' if debug else ' (run with --debug for the traceback)'}", err=True)
         nagios(f"internal error: {exc.__class__.__name__}")
         return ExitStatus.UNKNOWN
 

@@ -73,7 +73,9 @@ def diff(ctx, before, after, before_also, after_also, prometheus_url, before_win
         if not (before and after):
             raise click.UsageError("give BEFORE and AFTER (two files), or --prometheus-url with --before-window "
                                    "and --after-window")
-    inputs = [before, *before_also, after, *after_also] if not prometheus_url else []
+    from .inputs.files import folder_files
+
+    inputs = ([before, *before_also, after, *after_also] if not prometheus_url else []) + folder_files(rules_dirs)
     if output:
         from .fileio import check_output_target
 

@@ -22,10 +22,19 @@ class ExitStatus(IntEnum):
 class KvdiagError(Exception):
     """Base of every error kvdiag reports as one line instead of a traceback.
 
-    The message must name the file:line, URL or field and what was expected.
+    The message must name the file:line, URL or field and what was expected. It is redacted when the error is made
+    (:func:`kvdiag.redaction.redact`: a message quoting input text never carries a token or password, whichever
+    place shows it: stderr, a Nagios line, a ``--debug`` traceback, a report's error note).
     """
 
     exit_code: int = ExitStatus.UNKNOWN
+
+    def __init__(self, *args) -> None:
+        if args and isinstance(args[0], str):
+            from .redaction import redact
+
+            args = (redact(args[0]),) + args[1:]
+        super().__init__(*args)
 
 
 class InputError(KvdiagError):

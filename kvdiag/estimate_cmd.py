@@ -45,24 +45,9 @@ MAX_TOKENS = 1 << 31
 
 def _load_config(path: str) -> dict[str, Any]:
     """Read a HF config.json; InputError naming the file and what was expected."""
-    from .fileio import read_bounded
-    from .numbers import NumberError, json_loads
+    from .inputs.jsondoc import config
 
-    raw = read_bounded(path, 64 * 1024 * 1024, "a model config.json", label="--model-config")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: cannot read the model config ({exc.__class__.__name__}): expected a readable config.json") from None
-    try:
-        data = json_loads(text)
-    except NumberError as exc:
-        raise InputError(f"{path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}): expected a HF config.json object") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply: expected a HF config.json object") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: top level is {type(data).__name__}: expected a HF config.json object")
+    data = config(path, label="--model-config")
     try:
         cap.check_config_numbers(data)
     except InputError as exc:

@@ -402,17 +402,33 @@ def _cond_text(c, w: Window) -> str:
     return f"{c.signal}{' (' + agg + ')' if agg else ''}"
 
 
+GO_OPEN = '{{ "{{" }}'
+"""``{{`` as Go template text: an action printing the two braces (Prometheus expands every annotation as a Go
+template; ``}}`` alone is plain text)."""
+
+
+def go_literal(text: str) -> str:
+    """``text`` from a rule file as Go-template text that renders as itself: every ``{{`` becomes an action printing
+    ``{{`` (a title holding ``{{ query "up" | first | value }}`` would otherwise run PromQL at every alert)."""
+    return str(text).replace("{{", GO_OPEN)
+
+
+def go_rendered(text: str) -> str:
+    """What Prometheus shows for :func:`go_literal` text (for the exported promtool tests' expected annotations)."""
+    return text.replace(GO_OPEN, "{{")
+
+
 def _annotation(rule: Rule) -> str:
-    text = " ".join(rule.title.split())
+    text = go_literal(" ".join(rule.title.split()))
     return (f"{text} on {{{{ $labels.instance }}}} (model {{{{ $labels.model_name }}}}, engine "
-            f"{{{{ $labels.engine }}}}; kvdiag {rule.id})")
+            f"{{{{ $labels.engine }}}}; kvdiag {go_literal(rule.id)})")
 
 
 def _fix(rule: Rule) -> str:
     doc = rule.doc.get("remedy")
     if isinstance(doc, list):
         doc = " ".join(str(x) for x in doc)
-    return " ".join(str(doc).split())
+    return go_literal(" ".join(str(doc).split()))
 
 
 #: where ``runbook_url`` points by default: the runbooks of this repository (``docs/runbooks/<class>.md``);
@@ -451,7 +467,7 @@ def exportable_alerts(rules: list[Rule], window: str = "5m", for_: str | None = 
             skipped.append(f"{rule.id} ({rule.cls}): not exported, needs kvdiag itself: {exc}")
             continue
         value = _cond_text(first[0], w) if first else "the first condition"
-        shown = f"{value} = {{{{ $value | printf \"%.4g\" }}}}"
+        shown = f"{go_literal(value)} = {{{{ $value | printf \"%.4g\" }}}}"
         alert = {
             "alert": alert_name(rule),
             "expr": expr,
@@ -460,13 +476,13 @@ def exportable_alerts(rules: list[Rule], window: str = "5m", for_: str | None = 
             "annotations": {"summary": _annotation(rule),
                             "value": shown,
                             "description": f"On {{{{ $labels.instance }}}}: {shown}. "
-                                           + " ".join(str(rule.doc["meaning"]).split()),
+                                           + go_literal(" ".join(str(rule.doc["meaning"]).split())),
                             "fix": _fix(rule),
                             "runbook_url": runbook_url(rule, runbook_base)},
         }
         if dropped:
-            alert["annotations"]["kvdiag_not_exported"] = ("conditions PromQL cannot see (the alert is narrower than "
-                                                           "the rule): " + "; ".join(dropped))
+            alert["annotations"]["kvdiag_not_exported"] = go_literal("conditions PromQL cannot see (the alert is "
+                                                                     "narrower than the rule): " + "; ".join(dropped))
         alerts.append(alert)
     return alerts, skipped
 
@@ -538,7 +554,7 @@ def _rendered_annotations(alert: dict, labels: dict) -> dict:
     for k, v in alert["annotations"].items():
         for name, val in labels.items():
             v = v.replace("{{ $labels.%s }}" % name, val)
-        out[k] = v
+        out[k] = go_rendered(v)
     return out
 
 

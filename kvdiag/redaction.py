@@ -23,7 +23,7 @@ _SECRET_PATTERNS = [
     # names with a SECRET / PASSWORD / KEY / CREDENTIAL word in them (AWS_SECRET_ACCESS_KEY=, AWS_ACCESS_KEY_ID=,
     # SECRET_KEY=, OPENAI_API_KEY=, db_password_file: …): whole underscore-separated words only, so settings such as
     # max_num_batched_tokens or monkey_patch stay
-    re.compile(r"(?i)(\b(?:[a-z0-9]+_)*(?:secret|passw(?:or)?d|key|credentials?)(?:_[a-z0-9]+)*['\"]?\s*[:=]\s*)"
+    re.compile(r"(?i)(\b(?:[a-z0-9]+_)*(?:secret|passw(?:or)?d|key(?!_value_)|credentials?)(?:_[a-z0-9]+)*['\"]?\s*[:=]\s*)"
                + _SECRET_VALUE),
     # pre-signed S3 URLs: X-Amz-Signature=…&X-Amz-Credential=…&X-Amz-Security-Token=…
     re.compile(r"(?i)(\bX-Amz-(?:Signature|Credential|Security-Token)=)([^&\s'\"]+)"),

@@ -142,7 +142,9 @@ def open_log(path: str) -> Iterator[tuple[BinaryIO, Callable[[], int], int | Non
         if p.is_dir():
             raise InputError(f"{path}: is a directory, expected a vLLM log file")
         try:
-            raw = open(p, "rb")  # noqa: SIM115 (closed below)
+            from ..inputs.files import open_binary  # the input layer opens every file kvdiag reads
+
+            raw = open_binary(str(p))
             size = os.fstat(raw.fileno()).st_size
         except OSError as exc:
             raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None

@@ -653,15 +653,9 @@ def _proc_format(proc: str) -> str:
 
 
 def _parse_rfc3339(ts: str) -> float | None:
-    ts = ts.replace("Z", "+00:00")
-    m = re.match(r"(.*\d\d:\d\d:\d\d)(\.\d+)?(.*)", ts)
-    if not m:
-        return None
-    frac = (m.group(2) or "")[:7]
-    try:
-        return datetime.fromisoformat(m.group(1) + frac + m.group(3)).timestamp()
-    except ValueError:
-        return None
+    from ..inputs.logfile import rfc3339_seconds  # the one timestamp range (1970 .. 2200) of every input
+
+    return rfc3339_seconds(ts)
 
 
 # ---- handlers ----------------------------------------------------------------------------------

@@ -40,42 +40,13 @@ from ..errors import InputError, ScrapeError
 from ..numbers import finite_float, unix_seconds
 from ..redaction import redact
 from .logread import MAGIC_GZIP, MAGIC_ZSTD, open_log
+from ..inputs.http import (ACCEPT, MAX_BODY_BYTES, MAX_REDIRECTS, _SECRET_PARAM, _connected_but,  # noqa: F401
+                           _safe_query, _same_origin, http_get, run_with_deadline, safe_url)
 from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
 _MAX_SIGNALS = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate_cumulative"}
 _ALIAS_RANK = {name: rank for names in METRIC_ALIASES.values() for rank, name in enumerate(names)}
-ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"  # OpenMetrics 1.0 from prometheus-client escapes ":" to "_"
 
-
-MAX_REDIRECTS = 5
-_SECRET_PARAM = re.compile(r"token|key|pass|pwd|secret|sig|auth|credential|session|cookie", re.I)
-"""Query names that look secret (kept for callers; :func:`safe_url` now hides every query value)."""
-
-
-def _safe_query(query: str) -> str:
-    """A query string with every value replaced by ``***``, whatever its name (``?jwt=…``, ``?x=…``): only the
-    names are shown (``&`` and ``;`` both separate parameters, as many servers read them)."""
-    return "".join(
-        part if part in ("&", ";") or "=" not in part else part.split("=", 1)[0] + "=***"
-        for part in re.split(r"([&;])", query))
-
-
-def safe_url(url: str) -> str:
-    """``url`` fit to show or to use as an instance label: no ``user:password@`` (also a password holding ``#``,
-    ``?`` or ``/``, which a URL parser would take for the path or query), every query value replaced by ``***``
-    (only the names are shown), no fragment. Also for a URL that does not parse (``http://[::1/…``) or lacks its
-    scheme (``user:pw@host:9090/metrics``): the credentials are cut by position, never echoed."""
-    text = str(url)
-    scheme, sep, rest = text.partition("://")
-    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
-        scheme, sep, rest = ("", "//", text[2:]) if text.startswith("//") else ("", "", text)
-    if "@" in rest:  # user:password@host: everything before the last '@' is userinfo (a password may hold '@', '?',
-        # '#' or '/'; a query value holding '@' is cut too: the URL shown is shorter, never a secret)
-        rest = rest.rsplit("@", 1)[-1]
-    rest = rest.split("#", 1)[0]
-    head, qmark, query = rest.partition("?")
-    return f"{scheme.lower()}{sep}{head}" + (qmark + _safe_query(query) if query else "")
 
 
 # label values a refused page line may show (they locate the error and hold no secret); every other one is ***
@@ -489,10 +460,10 @@ def split_by_time(text: str) -> list[tuple[float, str]] | None:
             ts = float(m.group("ts"))
         except ValueError:
             return None
-        if not 0 <= ts < MAX_UNIX_SECONDS:  # OpenMetrics timestamps are Unix seconds
-            raise InputError(f"sample timestamp {m.group('ts')} is not Unix seconds between 1970 and 2286"
-                             f"{' (milliseconds?)' if MAX_UNIX_SECONDS <= ts < MAX_UNIX_SECONDS * 1000 else ''}: "
-                             f"{line[:120]!r}")
+        if unix_seconds(ts) is None:  # OpenMetrics timestamps are Unix seconds, in the one range of every input
+            raise InputError(f"sample timestamp {quote_line(m.group('ts'), 40)[1:-1]} is not Unix seconds between "
+                             f"1970 and 2200{' (milliseconds?)' if MAX_UNIX_SECONDS <= ts < MAX_UNIX_SECONDS * 1000 else ''}"
+                             f": {quote_line(line, 120)}")
         family_lines.setdefault(ts, []).append(line)
     flush()
     if not seen_ts:
@@ -500,36 +471,17 @@ def split_by_time(text: str) -> list[tuple[float, str]] | None:
     return [(ts, "\n".join(lines) + "\n# EOF\n") for ts, lines in sorted(pages.items())]
 
 
-#: 1e10 Unix seconds is the year 2286: a larger OpenMetrics timestamp is milliseconds or garbage
+#: 1e10 Unix seconds is the year 2286: a larger OpenMetrics timestamp is likely milliseconds (the range itself is
+#: :data:`kvdiag.numbers.MAX_UNIX_S`, 2200, as for every input)
 MAX_UNIX_SECONDS = 1e10
 
 
 def _bad_line(line: str):
-    raise InputError(f"recording has a sample without a timestamp among timestamped ones: {line[:120]!r}")
+    raise InputError(f"recording has a sample without a timestamp among timestamped ones: {quote_line(line, 120)}")
 
 
 MAX_METRICS_FILE_BYTES = 512 * 1024 * 1024
-"""Largest saved page or recording read (a 10-minute recording at 5 s is tens of MiB)."""
-
-
-def _inflated(path: str) -> bytes:
-    """The decompressed bytes of a gzip or zstandard page or recording, at most :data:`MAX_METRICS_FILE_BYTES`.
-
-    Raises:
-        InputError: more than that once decompressed, or a stream that is not gzip / zstandard after all.
-    """
-    from ..fileio import read_stream_bounded
-
-    try:
-        with open_log(path) as (stream, _pos, _size):
-            data = read_stream_bounded(stream, MAX_METRICS_FILE_BYTES + 1)
-    except (OSError, EOFError, ValueError) as exc:
-        raise InputError(f"{path}: cannot decompress ({exc}), expected a gzip or zstandard /metrics page or "
-                         "recording") from None
-    if len(data) > MAX_METRICS_FILE_BYTES:
-        raise InputError(f"{path}: more than {MAX_METRICS_FILE_BYTES // 2**20} MiB decompressed, larger than kvdiag "
-                         "reads for a saved /metrics page or a recording")
-    return data
+"""Largest saved page or recording read (a 10-minute recording at 5 s is tens of MiB): :mod:`kvdiag.inputs.pages`."""
 
 
 def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, at: float | None = None,
@@ -542,12 +494,9 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, a
         InputError: missing, a directory, empty, binary, or not Prometheus text / OpenMetrics (gzip and zstandard
             files are decompressed first, bounded as plain ones).
     """
-    from ..fileio import read_bounded
+    from ..inputs.pages import read_text
 
-    raw = read_bounded(path, MAX_METRICS_FILE_BYTES, "a saved /metrics page or an OpenMetrics recording")
-    if raw.startswith((MAGIC_GZIP, MAGIC_ZSTD)):  # a recording kept compressed (record … | gzip, fixtures/lab/)
-        raw = _inflated(path)
-    text = raw.decode("utf-8", errors="replace")
+    text = read_text(path)  # bounded; a recording kept compressed (record … | gzip, fixtures/lab/) decompressed
     page_info = info if info is not None else PageInfo()
     if text.rstrip().endswith("# EOF") and "\x00" not in text:
         try:
@@ -615,158 +564,6 @@ def make_session(retries: int = 2, backoff: float = 0.2, opts: HttpOptions | Non
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     return session
 
-
-def run_with_deadline(fn, timeout: float, on_timeout: str, cancel=None):
-    """Run ``fn()`` in a worker thread and wait at most ``timeout`` seconds (plus a short grace for the
-    worker's own timeout errors) for it; the result, or the exception it raised.
-
-    A socket timeout bounds each ``recv()``, not the whole exchange: a server that sends its headers
-    one byte at a time would hold a plain request forever. Past the deadline the worker is
-    abandoned (a daemon thread; ``cancel()``, when given, closes its connection) and
-    ``ScrapeError(on_timeout)`` is raised. An exception that is not a :class:`KvdiagError` is
-    re-raised as is for the caller to word.
-    """
-    box: dict = {}
-    done = threading.Event()
-
-    def work():
-        try:
-            box["result"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=work, daemon=True, name="kvdiag-http").start()
-    if not done.wait(timeout + min(0.5, timeout / 4 + 0.05)):
-        if cancel is not None:
-            try:
-                cancel()
-            except Exception:  # noqa: BLE001 - best effort; the daemon thread is abandoned anyway
-                pass
-        raise ScrapeError(on_timeout)
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
-# what urllib3 / http.client say when the TCP connection stood but the bytes that came back were no HTTP answer
-_NOT_HTTP = (("badstatusline", "the reply is not HTTP"), ("got more than", "a reply header line is too long"),
-             ("line too long", "a reply header line is too long"), ("too many headers", "too many reply headers"),
-             ("remotedisconnected", "the server closed the connection without an answer"),
-             ("remote end closed", "the server closed the connection without an answer"),
-             ("connection reset", "the server reset the connection"),
-             ("connection aborted", "the reply is not HTTP"))
-
-
-def _connected_but(msg: str) -> str:
-    """'connected, but …' when ``msg`` (a requests ConnectionError, lower case) shows the connection was made;
-    else 'cannot connect'."""
-    for needle, what in _NOT_HTTP:
-        if needle in msg:
-            return f"connected, but {what}"
-    return "cannot connect"
-
-
-def _same_origin(a: str, b: str) -> bool:
-    pa, pb = urlsplit(a), urlsplit(b)
-    if pa.hostname != pb.hostname:
-        return False
-    return (pa.scheme, pa.port) == (pb.scheme, pb.port) or (pa.scheme, pb.scheme) == ("http", "https")
-
-
-def http_get(session: requests.Session, url: str, timeout: float, *, params: dict | None = None,
-             accept: str = ACCEPT, max_bytes: int = MAX_BODY_BYTES, what: str = "a /metrics page") -> tuple[bytes, str, int]:
-    """GET ``url`` with a total deadline of ``timeout`` seconds (connect, headers, redirects and body);
-    return ``(body, content_type, status)``.
-
-    Redirects are followed (at most :data:`MAX_REDIRECTS`) only to the same host, so ``--header`` and
-    bearer-token values never travel to another one. URLs in messages go through :func:`safe_url`;
-    header values are never quoted.
-
-    Raises:
-        ScrapeError: refused, timed out, TLS failure, redirected to another host, body larger than
-            ``max_bytes``, body cut off, a bad URL.
-    """
-    shown = safe_url(url)
-    state: dict = {"resp": None, "shown": shown}
-
-    def cancel():
-        resp = state["resp"]
-        if resp is not None:
-            resp.close()
-
-    try:
-        return run_with_deadline(lambda: _get(session, url, timeout, params, accept, max_bytes, what, state),
-                                 timeout, f"{state['shown']}: no complete answer within {timeout:g}s", cancel)
-    except ScrapeError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - one line naming the URL, never a value of a header
-        raise ScrapeError(f"{shown}: request failed ({exc.__class__.__name__})") from None
-
-
-def _get(session, url, timeout, params, accept, max_bytes, what, state) -> tuple[bytes, str, int]:
-    deadline = time.monotonic() + timeout
-    shown = state["shown"]
-    current = url
-    for _hop in range(MAX_REDIRECTS + 1):
-        try:
-            resp = session.get(current, params=params, timeout=(timeout / 3, timeout), stream=True,
-                               headers={"Accept": accept}, allow_redirects=False,
-                               verify=session.verify)  # explicit: REQUESTS_CA_BUNDLE would override the session
-        except requests.exceptions.SSLError as exc:
-            reason = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else "TLS error"
-            raise ScrapeError(f"{shown}: {reason} (use --ca-cert FILE, or --insecure)") from None
-        except requests.exceptions.ConnectTimeout:
-            raise ScrapeError(f"{shown}: connection timed out after {timeout:g}s") from None
-        except requests.exceptions.ReadTimeout:
-            raise ScrapeError(f"{shown}: no answer within {timeout:g}s") from None
-        except requests.exceptions.ConnectionError as exc:
-            msg = str(exc).lower()
-            if "read timed out" in msg:  # urllib3 wraps a read timeout in MaxRetryError when retries are spent
-                raise ScrapeError(f"{shown}: no answer within {timeout:g}s") from None
-            reason = "connection refused" if "refused" in msg else (
-                f"connection timed out after {timeout:g}s" if "timed out" in msg else _connected_but(msg))
-            raise ScrapeError(f"{shown}: {reason}") from None
-        except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema,
-                requests.exceptions.InvalidURL):
-            raise ScrapeError(f"{shown}: expected an http:// or https:// URL") from None
-        except requests.exceptions.RequestException as exc:
-            raise ScrapeError(f"{shown}: request failed ({exc.__class__.__name__})") from None
-        state["resp"] = resp
-        if not resp.is_redirect:
-            break
-        target = urljoin(current, resp.headers.get("Location", ""))
-        resp.close()
-        if not _same_origin(current, target):
-            raise ScrapeError(f"{shown}: redirected to {safe_url(target)}, another host; not followed (headers and "
-                              "tokens stay with the host given); give that URL directly if it is right")
-        current, params = target, None
-        shown = state["shown"] = f"{safe_url(url)} (redirected to {safe_url(current)})"
-    else:
-        raise ScrapeError(f"{shown}: more than {MAX_REDIRECTS} redirects, expected {what}")
-    with resp:
-        chunks, size = [], 0
-        raw = resp.raw
-        if hasattr(raw, "read1"):  # urllib3 2: returns as soon as some bytes arrived, so a drip cannot hold us
-            reader = iter(lambda: raw.read1(65536, decode_content=True), b"")
-        else:
-            reader = resp.iter_content(4096)
-        try:
-            for chunk in reader:
-                size += len(chunk)
-                if size > max_bytes:
-                    raise ScrapeError(f"{shown}: body larger than {max_bytes // 2**20} MiB, not {what}")
-                if time.monotonic() > deadline:
-                    raise ScrapeError(f"{shown}: body not complete within {timeout:g}s")
-                chunks.append(chunk)
-        except requests.exceptions.ReadTimeout:
-            raise ScrapeError(f"{shown}: body stalled, no data within {timeout:g}s") from None
-        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            if "timed out" in str(exc).lower():
-                raise ScrapeError(f"{shown}: body stalled, no data within {timeout:g}s") from None
-            raise ScrapeError(f"{shown}: body cut off ({exc.__class__.__name__})") from None
-        return b"".join(chunks), resp.headers.get("Content-Type", ""), resp.status_code
 
 
 def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tuple[list, float]:

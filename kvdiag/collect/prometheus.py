@@ -196,11 +196,9 @@ class PromClient:
                                         max_bytes=MAX_RESPONSE_BYTES, what="a Prometheus API answer")
         self.seconds += time.monotonic() - t0
         self.queries += 1
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):
-            head = redact(body[:80].decode("utf-8", "replace").strip().replace("\n", " "))
-            raise ScrapeError(f"{shown}: HTTP {status}, not a Prometheus API answer (body starts {head!r})") from None
+        from ..inputs.promapi import answer
+
+        data = answer(body, shown, status)  # the input layer: JSON with depth and number bounds
         if not isinstance(data, dict) or "status" not in data:
             raise ScrapeError(f"{shown}: HTTP {status}, not a Prometheus API answer (expected a JSON object with "
                               "\"status\")")
@@ -234,12 +232,13 @@ class PromClient:
 def _bad_point(p) -> bool:
     if not isinstance(p, (list, tuple)) or len(p) != 2 or isinstance(p[0], bool):
         return True
+    from ..inputs.promapi import timestamp
+
     try:
-        float(p[0])
         float(p[1])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return True
-    return False
+    return timestamp(p[0]) is None  # the one timestamp range of every input (1970 .. 2200)
 
 
 def _bad_item(r) -> str:

@@ -23,7 +23,6 @@ how many distinct prefixes there were, ``max_num_seqs`` / ``max_num_batched_toke
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from pathlib import Path
@@ -35,35 +34,35 @@ MAX_PAGES = 100_000
 
 
 def _read_page(path: Path) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
+    """The sums the synthesis needs from one saved page, read through the input layer
+    (:func:`kvdiag.inputs.pages.samples`: a value that is no finite number and a bucket whose ``le`` is no number
+    are left out, never a ValueError)."""
+    from ..inputs.pages import samples
 
-    try:
-        text = path.read_text(encoding="utf-8")
-        fams = list(text_string_to_metric_families(text))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path}: not a /metrics page ({exc.__class__.__name__}: {str(exc)[:120]}): expected "
-                         "Prometheus text format") from None
     out: dict = {"buckets": {}, "info": None}
-    for fam in fams:
-        for s in fam.samples:
-            n, v = s.name, s.value
-            if n.startswith("vllm_"):
-                n = "vllm:" + n[5:]
-            if n in ("vllm:request_success_total", "vllm:num_requests_running", "vllm:num_requests_waiting",
-                     "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-                     "vllm:request_prompt_tokens_sum", "vllm:request_prompt_tokens_count",
-                     "vllm:request_generation_tokens_sum", "vllm:request_generation_tokens_count"):
-                out[n] = out.get(n, 0.0) + float(v)
-            elif n in ("vllm:request_prompt_tokens_bucket", "vllm:request_generation_tokens_bucket"):
-                le = float(s.labels.get("le", "inf"))
-                d = out["buckets"].setdefault(n, {})
-                d[le] = d.get(le, 0.0) + float(v)
-            elif n == "vllm:cache_config_info" and out["info"] is None:
-                out["info"] = dict(s.labels)
+    for n, labels, v, le in samples(str(path)):
+        if n == "vllm:cache_config_info":
+            if out["info"] is None:
+                out["info"] = labels
+            continue
+        if v is None:
+            continue
+        if n in ("vllm:request_success_total", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+                 "vllm:request_prompt_tokens_sum", "vllm:request_prompt_tokens_count",
+                 "vllm:request_generation_tokens_sum", "vllm:request_generation_tokens_count"):
+            out[n] = out.get(n, 0.0) + v
+        elif n in ("vllm:request_prompt_tokens_bucket", "vllm:request_generation_tokens_bucket"):
+            if le is None:
+                continue
+            d = out["buckets"].setdefault(n, {})
+            d[le] = d.get(le, 0.0) + v
     return out
 
 
 def _pages(folder: str) -> list[tuple[float, Path]]:
+    from .workload import times_csv
+
     d = Path(folder)
     tp = d / "times.csv"
     mdir = d / "metrics" if (d / "metrics").is_dir() else d
@@ -73,22 +72,15 @@ def _pages(folder: str) -> list[tuple[float, Path]]:
                          "(sample,unix_time)")
     if len(files) > MAX_PAGES:
         raise InputError(f"{folder}: {len(files):,} pages: expected at most {MAX_PAGES:,}")
-    times = {}
-    with open(tp, newline="") as f:
-        for i, row in enumerate(csv.DictReader(f), 2):
-            try:
-                t = float(row["unix_time"])
-                times[int(row["sample"])] = t
-            except (KeyError, TypeError, ValueError):
-                raise InputError(f"{tp}:{i}: expected sample,unix_time") from None
-            if not (math.isfinite(t) and 0 <= t < 1e10):
-                raise InputError(f"{tp}:{i}: unix_time {row['unix_time'][:40]!r}: expected Unix seconds")
+    times = dict(times_csv(str(tp)))
     out = []
     for p in files:
         try:
-            k = int(p.stem)
+            k = int(p.stem) if len(p.stem) <= 12 else -1
         except ValueError:
-            raise InputError(f"{p}: expected pages named by their sample number (NNNN.prom)") from None
+            k = -1
+        if k < 0:
+            raise InputError(f"{p}: expected pages named by their sample number (NNNN.prom)")
         if k not in times:
             raise InputError(f"{p}: sample {k} is not in {tp}")
         out.append((times[k], p))
@@ -168,11 +160,12 @@ def synthesize(folder: str, seed: int = 0) -> dict:
                          "(expected vllm:request_prompt_tokens / request_generation_tokens buckets)")
     info = last["info"] or {}
     facts = {}
-    for k in ("num_gpu_blocks", "block_size"):
-        try:
-            facts[k] = int(float(info[k]))
-        except (KeyError, ValueError, TypeError):
-            pass
+    from ..numbers import finite_float
+
+    for k, hi in (("num_gpu_blocks", 1 << 40), ("block_size", 1 << 20)):
+        x = finite_float(info.get(k), 1, hi)
+        if x is not None:
+            facts[k] = int(x)
     if "enable_prefix_caching" in info:
         facts["enable_prefix_caching"] = str(info["enable_prefix_caching"]).lower() == "true"
     q = last.get("vllm:prefix_cache_queries_total", 0.0)  # counters since the server started
@@ -204,21 +197,21 @@ def fit_step_cost(folder: str) -> tuple["StepCost", str]:
 
     pages = _pages(folder)
     rows = []
-    for t, p in pages:
-        from prometheus_client.parser import text_string_to_metric_families
+    from ..inputs.pages import samples
+    from ..numbers import finite_float
 
+    for t, p in pages:
         v: dict = {}
-        for fam in text_string_to_metric_families(p.read_text(encoding="utf-8")):
-            for s in fam.samples:
-                n = "vllm:" + s.name[5:] if s.name.startswith("vllm_") else s.name
-                if n in ("vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum",
-                         "vllm:kv_cache_usage_perc", "vllm:num_requests_running"):
-                    v[n] = v.get(n, 0.0) + float(s.value)
-                elif n == "vllm:cache_config_info" and "pool" not in v:
-                    try:
-                        v["pool"] = (int(float(s.labels["num_gpu_blocks"])) - 1) * int(float(s.labels["block_size"]))
-                    except (KeyError, ValueError):
-                        pass
+        for n, labels, value, _le in samples(str(p)):
+            if n in ("vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum",
+                     "vllm:kv_cache_usage_perc", "vllm:num_requests_running"):
+                if value is not None:
+                    v[n] = v.get(n, 0.0) + value
+            elif n == "vllm:cache_config_info" and "pool" not in v:
+                blocks = finite_float(labels.get("num_gpu_blocks"), 1, 1 << 40)
+                size = finite_float(labels.get("block_size"), 1, 1 << 20)
+                if blocks is not None and size is not None:
+                    v["pool"] = (int(blocks) - 1) * int(size)
         rows.append((t, v))
     X, Y = [], []
     for (t0, a), (t1, b) in zip(rows, rows[1:]):

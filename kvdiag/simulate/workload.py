@@ -15,13 +15,13 @@ file, the row (line for CSV/JSONL) and the field, and says what was expected: :c
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import InputError
+from ..inputs import jsondoc, table
+from ..inputs.files import read_text
 from .model import MAX_BLOCKS, Request, Setting, StepCost
 
 MAX_REQUESTS = 200_000  # default cap (~120 MB, about a minute): a longer trace is refused; --max-requests raises it
@@ -29,29 +29,39 @@ MAX_TOKENS_PER_REQUEST = 10_000_000
 MAX_ARRIVAL_S = 366 * 86400.0
 
 
+def _shown(v: Any) -> str:
+    """A field's value for a message: at most 40 characters (a 5,000-digit number is not echoed whole)."""
+    text = repr(v) if not isinstance(v, int) or isinstance(v, bool) or abs(v) < 10 ** 40 else repr(str(v))
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+def _as_float(v: Any) -> float | None:
+    """``v`` (a CSV string or a JSON number, already bounded by :mod:`kvdiag.inputs`) as a float, else ``None``."""
+    if isinstance(v, bool) or (isinstance(v, str) and len(v.strip()) > 48):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _int_field(where: str, name: str, v: Any, lo: int, hi: int, optional: bool = False) -> int | None:
     if v is None or v == "":
         if optional:
             return None
         raise InputError(f"{where}: {name} is missing: expected an integer from {lo:,} to {hi:,}")
-    if isinstance(v, bool):
-        raise InputError(f"{where}: {name} is {v!r}: expected an integer from {lo:,} to {hi:,}")
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: {name} is {v!r}: expected an integer from {lo:,} to {hi:,}") from None
-    if not math.isfinite(f) or f != int(f) or not lo <= f <= hi:
-        raise InputError(f"{where}: {name} is {v!r}: expected an integer from {lo:,} to {hi:,}")
+    f = _as_float(v)
+    if f is None or not math.isfinite(f) or f != int(f) or not lo <= f <= hi:
+        raise InputError(f"{where}: {name} is {_shown(v)}: expected an integer from {lo:,} to {hi:,}")
     return int(f)
 
 
 def _arrival(where: str, v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: arrival_s is {v!r}: expected seconds (a number >= 0)") from None
-    if isinstance(v, bool) or not math.isfinite(f) or not 0 <= f <= MAX_ARRIVAL_S:
-        raise InputError(f"{where}: arrival_s is {v!r}: expected seconds from 0 to {MAX_ARRIVAL_S:,.0f}")
+    f = _as_float(v)
+    if f is None:
+        raise InputError(f"{where}: arrival_s is {_shown(v)}: expected seconds (a number >= 0)")
+    if not math.isfinite(f) or not 0 <= f <= MAX_ARRIVAL_S:
+        raise InputError(f"{where}: arrival_s is {_shown(v)}: expected seconds from 0 to {MAX_ARRIVAL_S:,.0f}")
     return f
 
 
@@ -85,67 +95,50 @@ def load_trace(path: str, max_requests: int = MAX_REQUESTS) -> tuple[list[Reques
     """Requests of a trace file, sorted check included → ``(requests, meta)``; ``meta`` has ``format`` and,
     for the lab's ``workload.json``, ``serving_start_unix`` and ``mode``. Raises :class:`InputError`."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{path}: is a folder: expected a trace file (workload.json, .csv or .jsonl)")
+    # a trace row takes at most ~60 bytes (CSV/JSONL) and the lab's ~70: refuse a file that cannot be under the
+    # cap before reading it (the input layer reads at most that much)
+    limit = max(64, max_requests) * 96
     try:
         size = p.stat().st_size
     except OSError as exc:
         raise InputError(f"{path}: cannot read the trace ({exc.strerror or exc.__class__.__name__})") from None
-    if p.is_dir():
-        raise InputError(f"{path}: is a folder: expected a trace file (workload.json, .csv or .jsonl)")
-    # a trace row takes at most ~60 bytes (CSV/JSONL) and the lab's ~70: refuse a file that cannot be under the
-    # cap before reading it
-    if size > max(64, max_requests) * 96:
+    if size > limit:
         raise InputError(f"{path}: {size:,} bytes is too large for {max_requests:,} requests: expected a window of "
                          "traffic (raise the cap with --max-requests)")
-    try:
-        with open(p, encoding="utf-8", newline="") as f:
-            head = f.read(4096)
-            f.seek(0)
-            stripped = head.lstrip()
-            if p.suffix.lower() == ".csv" or (stripped and stripped[0] not in "{["):
-                return _load_csv(path, f, max_requests), {"format": "csv"}
-            if p.suffix.lower() in (".jsonl", ".ndjson") or (stripped.startswith("{") and "\n{" in head
-                                                              and '"requests"' not in head):
-                return _load_jsonl(path, f, max_requests), {"format": "jsonl"}
-            text = f.read()
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text: expected a trace file (workload.json, .csv or .jsonl)") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the trace ({exc.strerror or exc.__class__.__name__})") from None
+    text = read_text(path, limit, "a trace file (workload.json, .csv or .jsonl)")
+    head = text[:4096]
+    stripped = head.lstrip()
+    if p.suffix.lower() == ".csv" or (stripped and stripped[0] not in "{["):
+        return _load_csv(path, text, max_requests), {"format": "csv"}
+    if p.suffix.lower() in (".jsonl", ".ndjson") or (stripped.startswith("{") and "\n{" in head
+                                                      and '"requests"' not in head):
+        return _load_jsonl(path, text, max_requests), {"format": "jsonl"}
     return _load_workload_json(path, text, max_requests)
 
 
-def _load_csv(path: str, f, cap: int) -> list[Request]:
-    rd = csv.DictReader(f)
-    if not rd.fieldnames or not {"arrival_s", "prompt_tokens", "output_tokens"} <= set(rd.fieldnames):
-        raise InputError(f"{path}:1: header {rd.fieldnames}: expected columns arrival_s, prompt_tokens, "
-                         "output_tokens (optional prefix_id, prefix_tokens, max_tokens)")
+def _load_csv(path: str, text: str, cap: int) -> list[Request]:
+    header, rows = table.rows_of_text(text, path, ("arrival_s", "prompt_tokens", "output_tokens"),
+                                      "CSV rows of arrival_s, prompt_tokens, output_tokens (optional prefix_id, "
+                                      "prefix_tokens, max_tokens)")
     out: list[Request] = []
     prev = 0.0
-    try:
-        for i, d in enumerate(rd):
-            _check_count(path, i + 1, cap)
-            if None in d or None in d.values():
-                raise InputError(f"{path}:{rd.line_num}: {len(rd.fieldnames)} columns expected "
-                                 f"({', '.join(rd.fieldnames)})")
-            r = _row(f"{path}:{rd.line_num}", d, prev, i)
-            prev = r.arrival_s
-            out.append(r)
-    except csv.Error as exc:
-        raise InputError(f"{path}:{rd.line_num}: {exc}: expected CSV rows of arrival_s, prompt_tokens, "
-                         "output_tokens") from None
+    for i, (ln, d) in enumerate(rows):
+        _check_count(path, i + 1, cap)
+        r = _row(f"{path}:{ln}", d, prev, i)
+        prev = r.arrival_s
+        out.append(r)
     return out
 
 
-def _load_jsonl(path: str, f, cap: int) -> list[Request]:
+def _load_jsonl(path: str, text: str, cap: int) -> list[Request]:
     out: list[Request] = []
     prev = 0.0
-    for ln, line in enumerate(f, 1):
+    for ln, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{ln}: invalid JSON ({exc.msg}): expected one request object per line") from None
+        d = jsondoc.loads(line, path, "one request object per line", line=ln)
         if not isinstance(d, dict):
             raise InputError(f"{path}:{ln}: a {type(d).__name__}: expected one request object per line")
         _check_count(path, len(out) + 1, cap)
@@ -164,12 +157,7 @@ def _sort_key(row: Any, cols: list) -> float:
 
 
 def _load_workload_json(path: str, text: str, cap: int) -> tuple[list[Request], dict]:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}): expected the lab's workload.json") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply: expected the lab's workload.json") from None
+    doc = jsondoc.loads(text, path, "the lab's workload.json")
     if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list) or not isinstance(doc.get("columns"), list):
         raise InputError(f"{path}: expected the lab's workload.json (an object with 'columns' and 'requests')")
     cols = doc["columns"]
@@ -225,8 +213,10 @@ def _check_truth(path: Path, t: dict, setting: Setting, cost: StepCost, duration
             bad(f"step_cost_model.{name}", v, "a finite number from 0 to 1e6")
     if not (math.isfinite(duration) and 0 < duration <= 1e8):
         bad("clock.duration_s", duration, "seconds, more than 0 and at most 1e8")
-    if not (math.isfinite(start) and 0 <= start < 1e10):
-        bad("clock.serving_start_unix", start, "Unix seconds")
+    from ..numbers import MAX_UNIX_S
+
+    if not (math.isfinite(start) and 0 <= start <= MAX_UNIX_S):
+        bad("clock.serving_start_unix", start, "Unix seconds from 1970 to 2200")
 
 
 def load_lab_case(folder: str) -> dict:
@@ -239,8 +229,8 @@ def load_lab_case(folder: str) -> dict:
     if not (d / "workload.json").is_file() or not truth_p.is_file():
         raise InputError(f"{folder}: expected a twin-lab case folder with workload.json and truth.json")
     reqs, meta = load_trace(str(d / "workload.json"))
+    t = jsondoc.load(str(truth_p), 16 * 1024 * 1024, "the lab's truth.json")
     try:
-        t = json.loads(truth_p.read_text(encoding="utf-8"))
         dep = t["deployment"]
         sc = t["step_cost_model"]
         setting = Setting(num_gpu_blocks=int(t["num_gpu_blocks"]), block_size=int(t["block_size"]),
@@ -277,6 +267,24 @@ def summarize(requests: Iterable[Request]) -> dict:
             "with_shared_prefix": sum(1 for r in rs if r.prefix_id is not None)}
 
 
+def times_csv(path: str) -> list[tuple[int, float]]:
+    """``(sample, unix_time)`` rows of a series folder's or lab case's ``times.csv``, through the input layer (the
+    one timestamp range, 1970 .. 2200).
+
+    Raises:
+        InputError: ``times.csv:line: …: expected sample,unix_time``.
+    """
+    from ..numbers import MAX_UNIX_S
+
+    _header, rows = table.rows(path, 64 * 1024 * 1024, ("sample", "unix_time"), "sample,unix_time")
+    out = []
+    for ln, row in rows:
+        k = table.number(f"{path}:{ln}", "sample", row["sample"], 0, 10 ** 9, integer=True)
+        t = table.number(f"{path}:{ln}", "unix_time", row["unix_time"], 0, MAX_UNIX_S)
+        out.append((int(k), float(t)))
+    return out
+
+
 def lab_ticks(folder: str, truth: dict, seed: int | None) -> list[float]:
     """The times (absolute, sorted) at which the twin lab moved its clock inside a step: every scrape
     (``times.csv``) and every periodic log line (every ``log_interval_s`` plus the lab's drift, drawn from
@@ -286,9 +294,7 @@ def lab_ticks(folder: str, truth: dict, seed: int | None) -> list[float]:
     out: list[float] = []
     tp = Path(folder) / "times.csv"
     if tp.is_file():
-        with open(tp, newline="") as f:
-            for row in csv.DictReader(f):
-                out.append(float(row["unix_time"]))
+        out += [t for _ln, t in times_csv(str(tp))]
     clock = truth["clock"]
     start, dur = float(clock["serving_start_unix"]), float(clock["duration_s"])
     if seed is not None:
