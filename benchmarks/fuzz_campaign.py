@@ -31,10 +31,24 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+GEN_MODULE = "fuzzgen"  # --gen-module FILE: another module with FAMILIES (e.g. benchmarks/fuzzgen_blind.py)
+
+
+def _load_gen(spec: str):
+    """The generator module: a module name on sys.path, or a .py file (its runners may return outcomes other than
+    ok/refused: oracle violations, counted and kept like an uncaught exception, with the module's LAST_FINDING)."""
+    import importlib
+    import importlib.util
+
+    if not spec.endswith(".py"):
+        return importlib.import_module(spec)
+    path = Path(spec).resolve()
+    sys.path.insert(0, str(path.parent))
+    return importlib.import_module(path.stem)
 
 
 def _worker(conn, seed: str, judge_every: int, scratch: str) -> None:
-    import fuzzgen
+    fuzzgen = _load_gen(GEN_MODULE)
 
     tmp = Path(scratch)
     for family, (gen, run) in fuzzgen.FAMILIES.items():  # warm up (imports, caches) before the clock runs
@@ -52,10 +66,12 @@ def _worker(conn, seed: str, judge_every: int, scratch: str) -> None:
         data = gen(random.Random(f"{seed}:{family}:{i}"))
         try:
             outcome, err = run(data, tmp, judge=(i % judge_every == 0)), ""
+            if outcome not in ("ok", "refused"):
+                err = getattr(fuzzgen, "LAST_FINDING", "") or outcome
         except Exception as exc:  # noqa: BLE001 - the campaign counts what escaped
             outcome, err = "uncaught", "".join(traceback.format_exception(exc)[-3:])[-1500:]
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        conn.send((outcome, err, rss_mb, data if outcome == "uncaught" else b""))
+        conn.send((outcome, err, rss_mb, data if outcome not in ("ok", "refused") else b""))
 
 
 class Worker:
@@ -83,9 +99,15 @@ class Worker:
 
 
 def main() -> int:
-    import fuzzgen
+    global GEN_MODULE
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--gen-module", default="fuzzgen")
+    GEN_MODULE = pre.parse_known_args()[0].gen_module
+    fuzzgen = _load_gen(GEN_MODULE)
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gen-module", default="fuzzgen",
+                    help="module name or .py file holding FAMILIES (default: tests/fuzzgen.py)")
     ap.add_argument("--total", type=int, default=100_000, help="inputs over all families (split evenly)")
     ap.add_argument("--state", default="/tmp/kvdiag-campaign.json", help="progress file (resume from it)")
     ap.add_argument("--keep", default="/tmp/kvdiag-campaign-finds", help="folder for inputs that failed")
@@ -147,9 +169,9 @@ def main() -> int:
                         worker.stop(kill=True)
                         worker = Worker(args.seed, args.judge, str(scratch))
                 st["seconds"] += time.monotonic() - t0
-                st[outcome] += 1
+                st[outcome] = st.get(outcome, 0) + 1
                 st["inputs"] += 1
-                if outcome in ("uncaught", "hangs"):
+                if outcome not in ("ok", "refused"):
                     (keep / f"{family}-{i}.txt").write_text(err)
                     if data:
                         (keep / f"{family}-{i}.input").write_bytes(data)
@@ -186,7 +208,11 @@ def main() -> int:
         total["peak_rss_mb"] = max(total["peak_rss_mb"], st["peak_rss_mb"])
     print(f"{'all':<10} {total['inputs']:>8,} {total['ok']:>8,} {total['refused']:>8,} {total['uncaught']:>8,} "
           f"{total['hangs']:>9,} {total['peak_rss_mb']:>6.0f} MB {1000 * total['seconds'] / max(total['inputs'], 1):>8.1f}")
-    return 1 if total["uncaught"] or total["hangs"] else 0
+    extra = sorted({k for st in state["families"].values() for k in st} - set(blank) - {"slow_once"})
+    for k in extra:  # oracle violations of a --gen-module (leak, traceback, exit_code, ...), per family
+        print(f"{k}: " + ", ".join(f"{f} {st[k]:,}" for f, st in state["families"].items() if st.get(k)))
+    found = sum(st.get(k, 0) for st in state["families"].values() for k in extra)
+    return 1 if total["uncaught"] or total["hangs"] or found else 0
 
 
 if __name__ == "__main__":
