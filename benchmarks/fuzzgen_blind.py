@@ -356,6 +356,11 @@ def _log_text(rng: random.Random, lines_max: int = 300) -> str:
     if len(lines) > lines_max and rng.random() < 0.8:
         a = rng.randrange(0, len(lines) - lines_max)
         lines = lines[a:a + rng.randint(20, lines_max)]
+    if rng.random() < 0.35:  # valid-looking: the real log with secrets in argument lines
+        for _ in range(rng.randint(1, 3)):
+            tpl = rng.choice(_LOG_SECRET_LINES)
+            lines.insert(rng.randint(0, len(lines)), rng.choice(_LOG_HDRS[:5]) + tpl.format(s=_secret(rng)[1]))
+        return "\n".join(lines) + "\n"
     k = rng.random()
     if k < 0.35:
         for _ in range(rng.randint(1, 4)):
@@ -488,6 +493,22 @@ def _esc_label(s: str) -> str:
 
 def _page_text(rng: random.Random, base: str | None = None, ts: bool = False) -> str:
     lines = (base if base is not None else rng.choice(seed_pages())).splitlines()
+    if rng.random() < 0.4:  # valid-looking: secrets only in well-formed label values, plausible numbers
+        for _ in range(rng.randint(0, 3)):
+            tpl = rng.choice(_LABEL_SECRET_TPL[:3])
+            line = tpl.replace("{{", "{").replace("}}", "}").replace("{s}", _esc_label(_secret(rng)[1]))
+            lines.insert(rng.randint(0, len(lines)), line)
+        if rng.random() < 0.5:
+            idx = [i for i, ln in enumerate(lines) if ln.startswith("vllm:")]
+            for _ in range(rng.randint(1, 5)):
+                if idx:
+                    i = rng.choice(idx)
+                    parts = lines[i].split("} ", 1)
+                    if len(parts) == 2:
+                        rest = parts[1].split(" ")
+                        rest[0] = rng.choice(["0", "1", "0.99", "1e6", "12.5", "1.0", "3e-5", "4096"])
+                        lines[i] = parts[0] + "} " + " ".join(rest)
+        return "\n".join(lines) + "\n"
     if rng.random() < 0.5:
         idx = [i for i, ln in enumerate(lines) if ln and not ln.startswith("#")]
         for _ in range(rng.randint(1, 4)):
@@ -648,6 +669,8 @@ _MARK = "@@ODD@@"
 
 def _poison_workload(rng: random.Random, doc: dict) -> str:
     reqs = doc["requests"]
+    if rng.random() < 0.35:
+        return json.dumps(doc)
     r = rng.random()
     if r < 0.45 and reqs:
         for _ in range(rng.randint(1, 3)):
@@ -704,6 +727,9 @@ def _trace_file(rng: random.Random) -> tuple[str, str]:
             lines.append(",".join("" if row.get(c) is None else str(row.get(c)) for c in cols))
         text = "\n".join(lines) + "\n"
         r = rng.random()
+        if r < 0.35:
+            return "requests.csv", text
+        r = (r - 0.35) / 0.65
         if r < 0.5 and len(lines) > 1:
             for _ in range(rng.randint(1, 3)):
                 i = rng.randrange(1, len(lines))
@@ -723,7 +749,7 @@ def _trace_file(rng: random.Random) -> tuple[str, str]:
     for row in rows:
         d = {k: v for k, v in row.items() if v is not None}
         lines.append(json.dumps(d))
-    r = rng.random()
+    r = rng.random() if rng.random() < 0.65 else 1.0
     if r < 0.5 and lines:
         for _ in range(rng.randint(1, 3)):
             i = rng.randrange(len(lines))
@@ -744,9 +770,10 @@ def _sim_tail(rng: random.Random) -> list[str]:
     if rng.random() < 0.7:
         argv += ["--max-steps", rng.choice(["100000", "300000", "1", "50"])]
     if rng.random() < 0.3:
-        argv += ["--block-size", rng.choice(["16", "16,32", "1", "0", "4096", "9" * 400, "1e999", "16,,32", "-16"])]
+        argv += ["--block-size", rng.choice(["16", "16,32", "32", "1", "4096"] * 2 + ["0", "9" * 400, "1e999", "16,,32"])]
     if rng.random() < 0.3:
-        argv += ["--max-num-seqs", rng.choice(["12,16,256", "1", "0", "9" * 30, "nan", ",", "1," * 70 + "1"])]
+        argv += ["--max-num-seqs", rng.choice(["12,16,256", "1", "16", "256"] * 2 + ["0", "9" * 30, "nan", ",",
+                                                                                      "1," * 70 + "1"])]
     if rng.random() < 0.2:
         argv += ["--max-num-batched-tokens", rng.choice(["2048", "1", "9" * 4400, "1e3"])]
     if rng.random() < 0.2:
@@ -760,10 +787,11 @@ def _sim_tail(rng: random.Random) -> list[str]:
 
 def _pool(rng: random.Random) -> tuple[list[str], dict]:
     if rng.random() < 0.7:
-        return ["--num-gpu-blocks", rng.choice(["3510", "512,3510", "2", "1", "0", "9" * 4400, "1e9", "-5", "nan",
-                                                "3510,3510"])], {}
-    return (["--kv-cache-memory", rng.choice(["3", "3,4.5", "0", "1e999", "9" * 400, "nan", "0.001"]),
-             "--model-config", "@T/config.json"], {"config.json": _config_text(rng)})
+        return ["--num-gpu-blocks", rng.choice(["3510", "512,3510", "2048", "3510"] * 3 + [
+            "2", "1", "0", "9" * 4400, "1e9", "-5", "nan", "3510,3510"])], {}
+    return (["--kv-cache-memory", rng.choice(["3", "3,4.5"] * 4 + ["0", "1e999", "9" * 400, "nan", "0.001"]),
+             "--model-config", "@T/config.json"],
+            {"config.json": rng.choice(seed_configs()) if rng.random() < 0.6 else _config_text(rng)})
 
 
 def gen_simulate_trace(rng: random.Random) -> bytes:
@@ -866,7 +894,7 @@ def gen_simulate_lab_case(rng: random.Random) -> bytes:
 
 
 def gen_estimate(rng: random.Random) -> bytes:
-    files = {"config.json": _config_text(rng)}
+    files = {"config.json": _config_text(rng) if rng.random() < 0.7 else rng.choice(seed_configs())}
     argv = ["estimate", "--model-config", "@T/config.json"]
     if rng.random() < 0.8:
         argv += ["--kv-cache-memory", rng.choice(["61.02", "3", "0", "1e308", "9" * 400, "nan", "-1", "inf", "1e-30"])]
@@ -896,6 +924,9 @@ def _rule_text(rng: random.Random, new_id: str) -> str:
     rid, text = rng.choice(seed_rules())
     text = re.sub(r"^id: .*$", f"id: {new_id}", text, count=1, flags=re.M)
     r = rng.random()
+    if r < 0.15:
+        return text
+    r = (r - 0.15) / 0.85
     if r < 0.4:  # Go template text (and secrets) in the title / message / remedy
         tpl = rng.choice(GO_TEMPLATES)
         where = rng.choice(["title", "name", "doc"])
@@ -931,7 +962,8 @@ def _rule_text(rng: random.Random, new_id: str) -> str:
 def _rules_dir(rng: random.Random, files: dict) -> list[str]:
     ids = []
     for j in range(rng.choice([1, 1, 2, 3])):
-        new_id = rng.choice([f"ZZ{rng.randrange(1000)}", "CAP001", "Z" + "9" * 40, "zz1", f"FZ_{j}-X"])
+        new_id = f"ZZ{j}{rng.randrange(1000)}" if rng.random() < 0.94 else rng.choice(
+            ["CAP001", "Z" + "9" * 40, "zz1", f"FZ_{j}-X", "A", "Z" * 32])
         ids.append(new_id)
         files[f"myrules/r{j}.yaml"] = _rule_text(rng, new_id)
     return ids
@@ -1109,8 +1141,8 @@ def gen_diff(rng: random.Random) -> bytes:
 # --------------------------------------------------------------------------------------------------- HTTP
 def _page_answer(rng: random.Random, text: str | None = None):
     body = text if text is not None else _page_text(rng)
-    headers = {"Content-Type": rng.choice(["text/plain; version=0.0.4", "application/openmetrics-text; version=1.0.0",
-                                           "text/html", "application/json"])}
+    headers = {"Content-Type": rng.choice(["text/plain; version=0.0.4"] * 6 + [
+        "application/openmetrics-text; version=1.0.0", "text/html", "application/json", "text/plain"])}
     r = rng.random()
     status = 200
     raw: bytes | str = body
@@ -1135,11 +1167,11 @@ def _http_opts(rng: random.Random, files: dict) -> list[str]:
     if rng.random() < 0.35:
         argv += ["--header", rng.choice([f"Authorization: Bearer {_secret(rng, ('bearer',))[2]}",
                                          f"X-Api-Key: {_secret(rng, ('api_key',))[2]}",
-                                         f"Cookie: session={_secret(rng)[2]}", "Bad header", "X: \x00", "Host: evil",
-                                         ": v", "X-Foo: " + "a" * 20000])]
+                                         f"Cookie: session={_secret(rng)[2]}", f"X-Auth-Token: {_secret(rng)[2]}"]
+                                        * 3 + ["Bad header", "X: \x00", "Host: evil", ": v", "X-Foo: " + "a" * 20000])]
     if rng.random() < 0.25:
-        files["token"] = rng.choice([_secret(rng, ("bearer",))[2], _secret(rng)[2] + "\n", "", "\x00\xff",
-                                     "a" * 100_000, "tok en\nX-Injected: 1"])
+        files["token"] = rng.choice([_secret(rng, ("bearer",))[2], _secret(rng)[2] + "\n"] * 3 + [
+            "", "\x00\xff", "a" * 100_000, "tok en\nX-Injected: 1"])
         argv += ["--bearer-token-file", "@T/token"]
     if rng.random() < 0.15:
         files["ca.pem"] = rng.choice([(FIXTURES / "tls" / "loopback-cert.pem").read_text(), "garbage",
@@ -1178,8 +1210,8 @@ def gen_analyze_url(rng: random.Random) -> bytes:
         path = f"/m{j}/metrics"
         serve[path] = [_page_answer(rng) for _ in range(rng.choice([1, 3]))]
         argv += ["--metrics-url", _metrics_url(rng, path)]
-    argv += ["--duration", rng.choice(["300ms", "500ms", "1s", "0s", "8d", "1e999s"]),
-             "--interval", rng.choice(["100ms", "200ms", "50ms", "1s"])]
+    argv += ["--duration", rng.choice(["300ms", "500ms", "1s"] * 3 + ["0s", "8d", "1e999s"]),
+             "--interval", rng.choice(["100ms", "200ms"] * 4 + ["50ms", "1s"])]
     argv += _http_opts(rng, files)
     if rng.random() < 0.15:
         argv += ["--output", rng.choice(["@T/token", "@T/ca.pem", "@T/out.txt"])]
@@ -1273,8 +1305,9 @@ def gen_record(rng: random.Random) -> bytes:
     serve = {"/metrics": [_page_answer(rng, _page_text(rng, rec) if rng.random() < 0.6 else rec)
                           for _ in range(rng.choice([1, 3]))]}
     argv = ["record", "--metrics-url", _metrics_url(rng, "/metrics"),
-            "--interval", rng.choice(["100ms", "200ms", "99ms"]),
-            "--duration", rng.choice(["300ms", "500ms", "1s", "0s", "8d"]), *_http_opts(rng, files)]
+            "--interval", rng.choice(["100ms", "200ms", "100ms", "200ms", "99ms"]),
+            "--duration", rng.choice(["300ms", "500ms", "1s", "300ms", "500ms", "1s", "0s", "8d"]),
+            *_http_opts(rng, files)]
     r = rng.random()
     if r < 0.75:
         argv += ["--out", "@T/incident.om"]
@@ -1462,7 +1495,7 @@ def run_case(data: bytes, tmp: Path, judge: bool = True) -> str:
     seconds = time.monotonic() - t0
     so, se = out.text(), err.text()
     global LAST_STDERR
-    LAST_STDERR = se[-500:]
+    LAST_STDERR = (se.strip() or so.strip()[:300])[-500:]
     tb = "".join(traceback.format_exception(escaped)) if escaped is not None else ""
     line = " ".join(argv)[:300]
     # secrets: in the output, the error, a traceback, or any file the run wrote
@@ -1512,7 +1545,8 @@ def run_case(data: bytes, tmp: Path, judge: bool = True) -> str:
             return _finding("clobbered", f"input {p.name} removed | {line}")
         if now != raw:
             return _finding("clobbered", f"input {p.name} overwritten ({len(raw)} -> {len(now)} bytes) | {line}")
-    for p, body in written:
+    exported = [(Path("stdout"), so.encode())] if (cmd, sub) == ("rules", "export") else []
+    for p, body in written + exported:
         text = body.decode("utf-8", "replace")
         if p.suffix in (".yml", ".yaml") and "kvdiagPWN" in text:
             for tpl in GO_TEMPLATES:
