@@ -1443,7 +1443,7 @@ def _subst(arg: str, case_dir: Path, host: str) -> str:
 
 def _finding(kind: str, detail: str) -> str:
     global LAST_FINDING
-    LAST_FINDING = f"{kind}: {detail}"[:2000]
+    LAST_FINDING = detail[:2000]
     return kind
 
 
@@ -1615,7 +1615,7 @@ def _cli() -> int:
             print(json.dumps({"argv": doc["argv"], "files": {k: (v.get("t", "")[:300] if "t" in v else "<binary>")
                                                              for k, v in doc["files"].items()}}, indent=1))
         outcome = run_case(data, tmp)
-        print(outcome, LAST_FINDING)
+        print(f"{outcome}: {LAST_FINDING}" if LAST_FINDING else outcome)
         return 0 if outcome in OK_OUTCOMES else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
