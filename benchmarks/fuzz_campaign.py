@@ -78,7 +78,8 @@ class Worker:
     def __init__(self, seed: str, judge_every: int, scratch: str) -> None:
         ctx = mp.get_context("fork")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, seed, judge_every, scratch), daemon=True)
+        # not a daemon: kvdiag itself may start processes (a daemonic process may not have children)
+        self.proc = ctx.Process(target=_worker, args=(child, seed, judge_every, scratch), daemon=False)
         self.proc.start()
         self.done = 0
         if not self.conn.poll(600) or self.conn.recv() != "ready":

@@ -931,8 +931,7 @@ def _rule_text(rng: random.Random, new_id: str) -> str:
         tpl = rng.choice(GO_TEMPLATES)
         where = rng.choice(["title", "name", "doc"])
         if where == "title":
-            text = re.sub(r"^title: .*$", "title: " + json.dumps(f"pool full {tpl} " + (
-                _secret(rng)[1] if rng.random() < 0.3 else "")), text, count=1, flags=re.M)
+            text = re.sub(r"^title: .*$", "title: " + json.dumps(f"pool full {tpl}"), text, count=1, flags=re.M)
         elif where == "name":
             text = re.sub(r"^name: .*$", "name: " + json.dumps(f"x-{tpl}"), text, count=1, flags=re.M)
         else:
@@ -1509,10 +1508,14 @@ def run_case(data: bytes, tmp: Path, judge: bool = True) -> str:
             if p in inputs and body == inputs[p]:
                 continue
             written.append((p, body))
+    # `record` copies the endpoint's page: a secret the server itself put in a label value is data there, not a leak
+    # (the URL's own userinfo / query, the headers and the token must still never reach the recording)
+    served = " ".join(base64.b64decode(a["b"]).decode("utf-8", "replace") for v in (doc.get("serve") or {}).values()
+                      for a in v) if cmd == "record" else ""
     for where, text in [("stdout", so), ("stderr", se), ("traceback", tb)] + [
             (str(p.relative_to(case_dir)), b.decode("utf-8", "replace")) for p, b in written]:
         for needle in NEEDLES:
-            if needle in text:
+            if needle in text and not (where.endswith(".om") and needle in served):
                 form = SECRETS[NEEDLES.index(needle)][0]
                 i = text.index(needle)
                 return _finding("leak", f"{form} secret in {where}: …{text[max(0, i - 80):i + 30]!r} | {line}")
@@ -1536,9 +1539,11 @@ def run_case(data: bytes, tmp: Path, judge: bool = True) -> str:
     if icode not in allowed:
         return _finding("exit_code", f"exit {icode} not in {sorted(allowed)}: {se.strip()[-200:]!r} | {line}")
     may_change = {case_dir / m for m in doc.get("may_change", [])}
+    named = [Path(a) for k, a in enumerate(argv) if a.startswith(str(case_dir))
+             and (k == 0 or argv[k - 1] not in ("--output", "--out", "--tests", "--textfile"))]
     for p, raw in inputs.items():
-        if p in may_change:
-            continue
+        if p in may_change or not any(p == n or n in p.parents for n in named):
+            continue  # only what the command reads: a file named on the command line or inside a folder named there
         try:
             now = p.read_bytes()
         except OSError:
