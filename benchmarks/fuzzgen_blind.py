@@ -1216,8 +1216,10 @@ def gen_analyze_url(rng: random.Random) -> bytes:
         argv += ["--output", rng.choice(["@T/token", "@T/ca.pem", "@T/out.txt"])]
         files.setdefault("token", "sometoken")
         files.setdefault("ca.pem", "x")
-        if "@T/token" not in argv:
+        if "--bearer-token-file" not in argv:
             argv += ["--bearer-token-file", "@T/token"]
+        if "--ca-cert" not in argv and "@T/ca.pem" in argv:
+            argv += ["--ca-cert", "@T/ca.pem"]
     else:
         argv += _fmt(rng)
     return _case(_maybe_debug(rng, argv), files, serve)
