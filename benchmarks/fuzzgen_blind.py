@@ -61,8 +61,9 @@ _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
 def _needle(i: int, n: int = 20, alphabet: str = _B64) -> str:
     r = random.Random(f"needle:{i}")
-    body = "".join(r.choice(alphabet) for _ in range(n - 4))
-    return f"Qz{i:02d}" + body if alphabet == _B64 else body[:n]
+    if alphabet != _B64:  # a key id or signature of exactly n characters of its alphabet (AKIA + 16, 64 hex)
+        return "".join(r.choice(alphabet) for _ in range(n))
+    return f"Qz{i:02d}" + "".join(r.choice(alphabet) for _ in range(n - 4))
 
 
 def _jwt(i: int) -> tuple[str, str]:
