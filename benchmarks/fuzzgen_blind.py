@@ -1554,16 +1554,22 @@ def run_case(data: bytes, tmp: Path, judge: bool = True) -> str:
         if now != raw:
             return _finding("clobbered", f"input {p.name} overwritten ({len(raw)} -> {len(now)} bytes) | {line}")
     exported = [(Path("stdout"), so.encode())] if (cmd, sub) == ("rules", "export") else []
+    tests_file = {argv[k + 1] for k, a in enumerate(argv[:-1]) if a == "--tests"}
     for p, body in written + exported:
         text = body.decode("utf-8", "replace")
-        if p.suffix in (".yml", ".yaml") and "kvdiagPWN" in text:
+        if (p.suffix in (".yml", ".yaml") or p.name == "stdout") and "kvdiagPWN" in text and str(p) not in tests_file:
+            # a rule file Prometheus loads (not the promtool test file, whose expected annotations are the rendered,
+            # literal text; not YAML comments, which Prometheus never renders)
+            live = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
             for tpl in GO_TEMPLATES:
-                if tpl in text:
+                if tpl in live:
                     return _finding("template", f"Go template {tpl!r} exported verbatim to {p.name} | {line}")
         if p.suffix == ".html" or text.lstrip().lower().startswith(("<!doctype html", "<html")):
             low = text.lower()
-            if "<script" in low or re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", low):
-                m = re.search(r"<script|(?:src|href)\s*=", low)
+            # a script, or anything the browser would fetch (links a reader may follow are fine)
+            fetch = r"""<script|\bsrc\s*=\s*["']?(?:https?:)?//|<link[^>]*href\s*=\s*["']?(?:https?:)?//|url\(\s*["']?(?:https?:)?//"""
+            m = re.search(fetch, low)
+            if m:
                 return _finding("html", f"{p.name}: {text[m.start():m.start() + 120]!r} | {line}")
     if seconds > SLOW_S:
         return _finding("slow", f"{seconds:.1f} s | {line}")
