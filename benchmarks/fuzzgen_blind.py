@@ -29,7 +29,6 @@ Replay a saved input: ``python benchmarks/fuzzgen_blind.py replay FILE.input``.
 from __future__ import annotations
 
 import base64
-import contextlib
 import gzip
 import io
 import json

@@ -1,5 +1,5 @@
 """Issue 29: a fast, seeded sample of the blind fuzz campaign (``benchmarks/fuzzgen_blind.py``, written without
-reading kvdiag's input layer): about 200 generated inputs over every command and input kind, through the real CLI
+reading kvdiag's input layer): 168 generated inputs (8 per family) over every command and input kind, through the real CLI
 entry point, each judged by the campaign's oracles (no traceback, no "internal error", a documented exit code, no
 planted secret in any output or written file, inputs never overwritten, Go template text never exported verbatim, no
 script in HTML, bounded time). Any violation fails, with the family, the input's seed and the finding; replay one
@@ -8,6 +8,7 @@ with ``python benchmarks/fuzzgen_blind.py show FAMILY SEED``.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import sys
@@ -35,8 +36,6 @@ def test_the_sample_covers_every_command_and_plants_60_secrets():
     commands = set()
     for family, (gen, _run) in blind.FAMILIES.items():
         for i in range(PER_FAMILY):
-            import json
-
             argv = [a for a in json.loads(gen(random.Random(f"{SEED}:{family}:{i}")))["argv"] if a != "--debug"]
             commands.add(argv[0] if argv[0] != "rules" else f"rules {argv[1]}")
     assert {"analyze", "check", "diff", "simulate", "estimate", "record", "rules list", "rules explain",
