@@ -1358,6 +1358,7 @@ def gen_html(rng: random.Random) -> bytes:
 class _Server:
     answers: dict = {}
     counts: dict = {}
+    received: list = []
     srv: ThreadingHTTPServer | None = None
     pid = -1
 
@@ -1373,8 +1374,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/metrics/job/"):
             path = "/metrics/job/kvdiag"
         length = int(self.headers.get("Content-Length") or 0)
-        if 0 < length < 50_000_000:
-            self.rfile.read(length)
+        if 0 < length < 50_000_000:  # a Pushgateway push: what kvdiag sent out is judged like its output
+            _Server.received.append(f"{self.command} {self.path}\n" + self.rfile.read(length).decode("utf-8", "replace"))
+        elif self.command in ("PUT", "POST"):
+            _Server.received.append(f"{self.command} {self.path}\n")
         options = _Server.answers.get(path)
         if not options:
             self._send(404, {}, b"not found")
@@ -1442,6 +1445,13 @@ def _subst(arg: str, case_dir: Path, host: str) -> str:
     return arg.replace("@T", str(case_dir)).replace("@HOST", host)
 
 
+def _b64(seg: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(seg + "=" * (-len(seg) % 4)).decode("utf-8", "replace")
+    except ValueError:
+        return ""
+
+
 def _finding(kind: str, detail: str) -> str:
     global LAST_FINDING
     LAST_FINDING = detail[:2000]
@@ -1472,6 +1482,7 @@ def run_case(data: bytes, tmp: Path, judge: bool = True) -> str:
     host = _server() if doc.get("serve") else "127.0.0.1:9"
     _Server.answers = doc.get("serve") or {}
     _Server.counts = {}
+    _Server.received = []
     argv = [_subst(a, case_dir, host) for a in doc["argv"]]
     debug = "--debug" in argv
     cmd = [a for a in argv if a != "--debug"][0]
@@ -1514,7 +1525,13 @@ def run_case(data: bytes, tmp: Path, judge: bool = True) -> str:
     # (the URL's own userinfo / query, the headers and the token must still never reach the recording)
     served = " ".join(base64.b64decode(a["b"]).decode("utf-8", "replace") for v in (doc.get("serve") or {}).values()
                       for a in v) if cmd == "record" else ""
-    for where, text in [("stdout", so), ("stderr", se), ("traceback", tb)] + [
+    pushed = []  # what kvdiag sent to the Pushgateway: the body, and the grouping key of the path (base64 decoded);
+    for req in _Server.received:  # not the query, which is the user's own URL and may carry its credentials
+        line, _, body = req.partition("\n")
+        path = line.split(" ", 1)[-1].split("?", 1)[0]
+        key = [path] + [_b64(seg) for seg in re.findall(r"@base64/([A-Za-z0-9_=-]+)", path)]
+        pushed.append(("a push to the loopback server (body or grouping key)", body + "\n" + "\n".join(key)))
+    for where, text in [("stdout", so), ("stderr", se), ("traceback", tb)] + pushed + [
             (str(p.relative_to(case_dir)), b.decode("utf-8", "replace")) for p, b in written]:
         for needle in NEEDLES:
             if needle in text and not (where.endswith(".om") and needle in served):
