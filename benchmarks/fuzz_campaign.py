@@ -154,7 +154,12 @@ def main() -> int:
                 t0 = time.monotonic()
                 worker.conn.send((family, i))
                 if worker.conn.poll(args.hang):
-                    outcome, err, rss, data = worker.conn.recv()
+                    try:
+                        outcome, err, rss, data = worker.conn.recv()
+                    except (EOFError, OSError):  # the worker died (in kvdiag, or in a generator): counted, not fatal
+                        outcome, err, rss, data = "uncaught", "the worker process died on this input", 0.0, b""
+                        worker.stop(kill=True)
+                        worker = Worker(args.seed, args.judge, str(scratch))
                     st["peak_rss_mb"] = max(st["peak_rss_mb"], rss)
                 else:  # over the limit: again in a fresh, warm worker; a hang is one that repeats (a busy machine
                     # can stall one input, and the same input is generated again from its seed)

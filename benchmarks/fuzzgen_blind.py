@@ -753,7 +753,10 @@ def _trace_file(rng: random.Random) -> tuple[str, str]:
     if r < 0.5 and lines:
         for _ in range(rng.randint(1, 3)):
             i = rng.randrange(len(lines))
-            d = json.loads(lines[i])
+            try:
+                d = json.loads(lines[i])
+            except ValueError:  # already holds a number Python will not read back
+                continue
             d[rng.choice(["arrival_s", "prompt_tokens", "output_tokens", "prefix_tokens", "max_tokens",
                           "prefix_id"])] = _MARK
             lines[i] = json.dumps(d).replace('"' + _MARK + '"', rng.choice(JSON_ODD + [_deep_json(rng)]))
@@ -1157,7 +1160,7 @@ def _page_answer(rng: random.Random, text: str | None = None):
     elif r < 0.15:
         headers["Content-Length"] = "99999999999"
     elif r < 0.18:
-        raw = b"\xff\xfe" + body.encode("utf-16-le")
+        raw = b"\xff\xfe" + body.encode("utf-16-le", "surrogatepass")
     return (status, headers, raw, 0.0 if rng.random() < 0.95 else rng.choice([0.5, 1.5]))
 
 
