@@ -1448,6 +1448,29 @@ def _subst(arg: str, case_dir: Path, host: str) -> str:
     return arg.replace("@T", str(case_dir)).replace("@HOST", host)
 
 
+def _plain(raw: bytes) -> bytes:
+    """A compressed input as far as it decompresses (a cut or damaged stream gives what came before the damage)."""
+    import zlib
+
+    try:
+        if raw[:2] == b"\x1f\x8b":
+            return zlib.decompressobj(31).decompress(raw)
+        if raw[:4] == b"\x28\xb5\x2f\xfd":
+            import zstandard
+
+            out = io.BytesIO()
+            try:
+                with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as r:
+                    while chunk := r.read(65536):
+                        out.write(chunk)
+            except zstandard.ZstdError:
+                pass
+            return out.getvalue()
+    except zlib.error:
+        return raw
+    return raw
+
+
 def _b64(seg: str) -> str:
     try:
         return base64.urlsafe_b64decode(seg + "=" * (-len(seg) % 4)).decode("utf-8", "replace")
@@ -1534,10 +1557,23 @@ def run_case(data: bytes, tmp: Path, judge: bool = True) -> str:
         path = line.split(" ", 1)[-1].split("?", 1)[0]
         key = [path] + [_b64(seg) for seg in re.findall(r"@base64/([A-Za-z0-9_=-]+)", path)]
         pushed.append(("a push to the loopback server (body or grouping key)", body + "\n" + "\n".join(key)))
+    # a needle counts only where the input still holds its secret whole, in a form the README names (a character
+    # mutation can split "HF_TOKEN=hf_…" into two words; the second is then no secret)
+    corpus = "\n".join([" ".join(argv), base64.b64decode(doc.get("stdin", "")).decode("utf-8", "replace")] + [
+        _plain(_dec_file(v)).decode("utf-8", "replace") for v in doc["files"].values()] + [
+        base64.b64decode(a["b"]).decode("utf-8", "replace") for v in (doc.get("serve") or {}).values() for a in v])
+    raw_files = "\n".join(_dec_file(v).decode("utf-8", "replace") for k, v in doc["files"].items()
+                           if k in ("token", "ca.pem"))
+
+    def intact(k: int) -> bool:
+        form, text, needle = SECRETS[k]
+        return (text in corpus or _esc_label(text) in corpus or needle in " ".join(argv) or needle in raw_files
+                or (form == "jwt_query" and text.split("jwt=", 1)[1] in corpus))
+
     for where, text in [("stdout", so), ("stderr", se), ("traceback", tb)] + pushed + [
             (str(p.relative_to(case_dir)), b.decode("utf-8", "replace")) for p, b in written]:
         for needle in NEEDLES:
-            if needle in text and not (where.endswith(".om") and needle in served):
+            if needle in text and not (where.endswith(".om") and needle in served) and intact(NEEDLES.index(needle)):
                 form = SECRETS[NEEDLES.index(needle)][0]
                 i = text.index(needle)
                 return _finding("leak", f"{form} secret in {where}: …{text[max(0, i - 80):i + 30]!r} | {line}")
