@@ -37,10 +37,23 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+GEN_MODULE = "fuzzgen"  # --gen-module FILE: another module with FAMILIES (e.g. benchmarks/fuzzgen_blind.py)
+
+
+def _load_gen(spec: str):
+    """The generator module: a module name on sys.path, or a .py file (its runners may return outcomes other than
+    ok/refused: oracle violations, counted and kept like an uncaught exception, with the module's LAST_FINDING)."""
+    import importlib
+
+    if not spec.endswith(".py"):
+        return importlib.import_module(spec)
+    path = Path(spec).resolve()
+    sys.path.insert(0, str(path.parent))
+    return importlib.import_module(path.stem)
 
 
 def _worker(conn, seed: str, judge_every: int, scratch: str, plugins: tuple = (), variants: int = 10) -> None:
-    import fuzzgen
+    fuzzgen = _load_gen(GEN_MODULE)
 
     import fuzz_plugins
 
@@ -74,10 +87,12 @@ def _worker(conn, seed: str, judge_every: int, scratch: str, plugins: tuple = ()
             data = gen(random.Random(f"{seed}:{family}:{i}"))
             try:
                 outcome, err = run(data, tmp, judge=(i % judge_every == 0)), ""
+                if outcome not in ("ok", "refused"):  # an oracle violation of a --gen-module
+                    err = getattr(fuzzgen, "LAST_FINDING", "") or outcome
             except Exception as exc:  # noqa: BLE001 - the campaign counts what escaped
                 outcome, err = "uncaught", "".join(traceback.format_exception(exc)[-3:])[-1500:]
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        conn.send((outcome, err, rss_mb, data if outcome in ("uncaught", "leak", "debug-code") else b"", secrets))
+        conn.send((outcome, err, rss_mb, data if outcome not in ("ok", "refused") else b"", secrets))
 
 
 class Worker:
@@ -88,7 +103,7 @@ class Worker:
         ctx = mp.get_context("fork")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(child, seed, judge_every, scratch, Worker.plugins,
-                                                      Worker.variants), daemon=True)
+                                                      Worker.variants), daemon=False)  # kvdiag itself may start processes
         self.proc.start()
         self.done = 0
         if not self.conn.poll(600) or self.conn.recv() != "ready":
@@ -109,9 +124,15 @@ class Worker:
 
 
 def main() -> int:
-    import fuzzgen
+    global GEN_MODULE
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--gen-module", default="fuzzgen")
+    GEN_MODULE = pre.parse_known_args()[0].gen_module
+    fuzzgen = _load_gen(GEN_MODULE)
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gen-module", default="fuzzgen",
+                    help="the module (name or .py file) whose FAMILIES are run instead of tests/fuzzgen.py")
     ap.add_argument("--total", type=int, default=100_000, help="inputs over all families (split evenly)")
     ap.add_argument("--state", default="/tmp/kvdiag-campaign.json", help="progress file (resume from it)")
     ap.add_argument("--keep", default="/tmp/kvdiag-campaign-finds", help="folder for inputs that failed")
@@ -173,7 +194,12 @@ def main() -> int:
                 t0 = time.monotonic()
                 worker.conn.send((family, i))
                 if worker.conn.poll(args.hang * (6 if family in plugged else 1)):  # a case runs up to 6 times
-                    outcome, err, rss, data, secrets = worker.conn.recv()
+                    try:
+                        outcome, err, rss, data, secrets = worker.conn.recv()
+                    except (EOFError, OSError):  # the worker died (in kvdiag, or in a generator): counted, not fatal
+                        outcome, err, rss, data, secrets = "uncaught", "the worker process died on this input", 0.0, b"", []
+                        worker.stop(kill=True)
+                        worker = Worker(args.seed, args.judge, str(scratch))
                     st["peak_rss_mb"] = max(st["peak_rss_mb"], rss)
                     st["planted"] += len(secrets)
                     distinct = state.setdefault("secrets", [])
@@ -194,9 +220,9 @@ def main() -> int:
                         worker.stop(kill=True)
                         worker = Worker(args.seed, args.judge, str(scratch))
                 st["seconds"] += time.monotonic() - t0
-                st[outcome] += 1
+                st[outcome] = st.get(outcome, 0) + 1
                 st["inputs"] += 1
-                if outcome in ("uncaught", "hangs", "leak", "debug-code"):
+                if outcome not in ("ok", "refused"):
                     (keep / f"{family}-{i}.txt").write_text(err)
                     if data:
                         (keep / f"{family}-{i}.input").write_bytes(data)
