@@ -93,7 +93,12 @@ class _Inflating:
     def _feed(self, data: bytes) -> None:
         while data:
             self._in_member = True
-            self._buf += self._d.decompress(data)
+            try:
+                self._buf += self._d.decompress(data)
+            except MemoryError:
+                raise
+            except Exception as exc:  # zlib.error, zstandard.ZstdError: the stored stream is corrupt
+                raise ValueError(f"corrupt {self.kind} stream: {exc}") from None
             if not self._d.eof:
                 return
             data = self._d.unused_data
