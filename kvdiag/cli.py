@@ -383,6 +383,8 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
         ctx.exit(3)
     if interrupt.note:
         notes.append(chk.Note(interrupt.note, "window cut short by an interrupt"))
+    notes += [chk.Note(n, "window too short for some classes") for n in report.notes if n.startswith("window ")
+              and "too short to judge" in n]
     bundle = kept[0]
     current = chk.state_from_bundle(bundle)
     notes += chk.restart_notes(previous, current)

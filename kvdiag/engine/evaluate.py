@@ -462,7 +462,12 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
         return Verdict("inconclusive", "ok", "low",
                        f"The input shows a failure no rule explains: {unexplained[0]}{more}. "
                        "Not judged healthy.", [], ruled_out("inconclusive"))
-    runtime_judged = [f for f in judged if f.cls in RUNTIME_CLASSES]
+    if judged and not notes and not any(f.status == "quiet" and f.on_evidence for f in judged):
+        # every quiet rule was quiet only because its inputs were absent: nothing was judged (Nagios UNKNOWN)
+        return Verdict("inconclusive", "ok", "low",
+                       f"Nothing could be judged: {len(findings)} rule(s), none with the signals it needs in the "
+                       "input.", [], [])
+    runtime_judged = [f for f in judged if f.cls in RUNTIME_CLASSES and (f.status == "fires" or f.on_evidence)]
     if judged and not runtime_judged and not notes:
         return Verdict("inconclusive", "ok", "low",
                        f"Start-up looks sound ({len(judged)} start-up rule(s) quiet), but the input holds no runtime "
@@ -550,6 +555,9 @@ def not_keeping_up(bundle: Bundle) -> list[str]:
         inc, _ = aggregate(pre.sort_values("seq"), "increase", "counter")
         if inc > 0:
             out.append(f"{inc:.0f} preemption(s) in the window")
+    elif len(pre) == 1 and pre["value"].iloc[0] > 0:  # one page: only a counter still at 0 shows none happened
+        out.append(f"{pre['value'].iloc[0]:.0f} preemption(s) since the server started, and one sample cannot tell "
+                   "whether any fell in the window (2 samples are needed)")
     w = bundle.signal("num_requests_waiting").dropna(subset=["value"])
     if not w.empty:
         timed = w[w["t"].notna()].sort_values("t")
