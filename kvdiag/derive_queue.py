@@ -104,9 +104,18 @@ def _p95_prompt(bundle: Bundle) -> tuple[float, str] | None:
         return _last(bundle, "request_prompt_tokens_mean")
     from .windows import histogram_quantile
 
+    b = b[~b["source"].astype(str).str.startswith("state:") & b["value"].notna()]
     last = b.groupby("text", sort=False)["value"].last()  # cumulative since start: one page
-    bounds = [float(k) for k in last.index]
-    val = histogram_quantile(0.95, bounds, list(last.to_numpy()))
+    bounds, counts = [], []
+    for k, v in last.items():
+        try:
+            bounds.append(float(k))
+        except (TypeError, ValueError):
+            continue
+        counts.append(float(v))
+    if not bounds:
+        return _last(bundle, "request_prompt_tokens_mean")
+    val = histogram_quantile(0.95, bounds, counts)
     if math.isnan(val):
         return None
     return val, f"histogram_quantile(0.95) of request_prompt_tokens buckets since start ({b['source'].iloc[-1]})"
