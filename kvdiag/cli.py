@@ -572,12 +572,12 @@ cli.add_command(estimate)
 
 from .diff_cmd import diff  # noqa: E402  (two inputs compared: kvdiag/diff.py)
 
-diff.epilog = exit_codes(("0", "no problem found on either side (--fail-on-regression: AFTER did not regress)"),
-                         ("1", "warning, the worse of the two verdicts (--fail-on-regression: AFTER regressed: fewer KV "
-                               "tokens, a failure BEFORE did not have, a worse verdict)"),
-                         ("2", "critical, the worse of the two verdicts"),
-                         ("3", "a side could not be judged and the other shows no problem, bad usage, unreadable input, or "
-                               "different models (without --allow-different-models)"), INTERRUPT_ROW)
+diff.epilog = exit_codes(("0", "the comparison was made (--fail-on-regression: and AFTER did not regress); each "
+                               "side's verdict is in the output"),
+                         ("1", "--fail-on-regression only: AFTER regressed (a longer queue, less throughput, more "
+                               "preemptions, fewer KV tokens, a failure BEFORE did not have, a worse verdict)"),
+                         ("3", "could not compare: bad usage, unreadable input, or different models (without "
+                               "--allow-different-models)"), INTERRUPT_ROW)
 cli.add_command(diff)
 
 from .simulate.cmd import simulate_cmd  # noqa: E402  (the what-if scheduler model's command)
