@@ -86,7 +86,10 @@ CHECK_CODES = exit_codes(("0", "OK"), ("1", "WARNING"), ("2", "CRITICAL"),
 RECORD_CODES = exit_codes(("0", "recording written"),
                           ("3", "nothing recorded (the first scrape failed), bad usage, --out not writable"),
                           ("130", "interrupted (what was recorded so far is written first)"))
-ESTIMATE_CODES = exit_codes(("0", "estimate printed"), ("3", "bad usage, unreadable or invalid --model-config"))
+ESTIMATE_CODES = exit_codes(("0", "estimate printed: vLLM would start"),
+                            ("2", "vLLM would refuse to start (no KV memory, or a pool smaller than one max_model_len "
+                                  "request); the first line says so with the smallest TP or memory that starts"),
+                            ("3", "bad usage, unreadable or invalid --model-config"))
 LIST_CODES = exit_codes(("0", "listed"), ("3", "bad usage, an invalid rule file under --rules"))
 EXPLAIN_CODES = exit_codes(("0", "explained"), ("3", "no such rule, bad usage, an invalid rule file under --rules"))
 EXPORT_CODES = exit_codes(("0", "written"), ("3", "bad usage, an invalid rule file, --out or --tests not writable"))
