@@ -139,9 +139,13 @@ def _level(bundle: Bundle) -> float:
                f"{blocks[0] - 1:,.0f} usable blocks ({blocks[1]})")
         bundle.add("kv_near_full_level", level, src)
         return level
+    have = [f"{n} ({got[1]})" for n in ("num_gpu_blocks", "block_size", "kv_cache_size_tokens")
+            if (got := _last(bundle, n))]
+    usage = bundle.signal("kv_cache_usage").dropna(subset=["value"])
+    read = f"; usage read from {usage['source'].iloc[-1]}" if not usage.empty else ""
     bundle.add("kv_near_full_level", FALLBACK_NEAR_FULL,
-               f"assumed {FALLBACK_NEAR_FULL:.0%}: the pool's blocks, block size or the request lengths are not in the "
-               "input, so vLLM's admission level cannot be computed")
+               f"assumed {FALLBACK_NEAR_FULL:.0%}: the pool's blocks, block size or the request lengths are not all in "
+               f"the input (given: {', '.join(have) or 'none'}{read}), so vLLM's admission level cannot be computed")
     return FALLBACK_NEAR_FULL
 
 
