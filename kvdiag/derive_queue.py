@@ -162,18 +162,25 @@ def derive_queue(bundle: Bundle) -> None:
     level = _level(bundle)
     usage = bundle.signal("kv_cache_usage").dropna(subset=["value"])
     if not usage.empty:
-        peak = float(usage["value"].max())
+        i = int(usage["value"].to_numpy().argmax())
+        peak = float(usage["value"].iloc[i])
         bundle.add("kv_cache_usage_over_level", peak - level,
-                   f"derived: peak usage {peak:.1%} − near-full level {level:.1%}")
+                   f"derived: peak usage {peak:.1%} ({usage['source'].iloc[i]}) − near-full level {level:.1%}")
     from .derive_prefix import _aligned
 
     both = _aligned(bundle, ("kv_cache_usage", "num_requests_waiting"))
     if not both.empty:
         full = both[both["kv_cache_usage"] >= level]
-        most = float(full["num_requests_waiting"].max()) if not full.empty else 0.0
-        bundle.add("num_requests_waiting_near_full", most,
-                   f"derived: most requests waiting at an instant with KV usage ≥ {level:.1%} "
-                   f"({len(full)} of {len(both)} instant(s))")
+        if full.empty:
+            bundle.add("num_requests_waiting_near_full", 0.0,
+                       f"derived: KV usage below {level:.1%} at every instant with a waiting count ({len(both)}, "
+                       f"{both['_src'].iloc[0]} .. {both['_src'].iloc[-1]})")
+        else:
+            j = int(full["num_requests_waiting"].to_numpy().argmax())
+            bundle.add("num_requests_waiting_near_full", float(full["num_requests_waiting"].iloc[j]),
+                       f"derived: most requests waiting at an instant with KV usage ≥ {level:.1%} "
+                       f"({full['kv_cache_usage'].iloc[j]:.1%}, {full['_src'].iloc[j]}; {len(full)} of {len(both)} "
+                       "instant(s))")
     since = _restart_time(bundle)
     w = _one_run(_series(bundle, "num_requests_waiting"), since)
     u = _one_run(_series(bundle, "kv_cache_usage"), since)
