@@ -179,8 +179,8 @@ def test_evidence_sources_are_never_cut(width, source):
             continue
         for e in f["evidence"]:
             src = e["source"]
-            if len(src) + 9 <= width:  # fits a line at the evidence's continuation indent: on one line, whole
-                assert any(f"<- {src}" in line for line in lines), (width, src)
+            if len(src) + 9 <= width:  # fits a line after its number in the sources list: on one line, whole
+                assert any(re.search(rf"\[\d+\] {re.escape(src)}$", line) for line in lines), (width, src)
             for part in _labels_and_tokens(src):
                 assert any(part in line for line in lines), (width, part)
                 checked += 1

@@ -185,6 +185,15 @@ class _Text:
         atoms[0] = ("", atoms[0][1])
         self.lines += _plain(_fill(atoms, self.width, indent, more))
 
+    def source(self, tag: str, source: str, indent: str) -> None:
+        """``[n] SOURCE``: the source whole when it fits a line, else cut only at its label and token boundaries
+        (:func:`_source_atoms`), as the evidence lines cut theirs."""
+        more = indent + "    "
+        source = redact(source)
+        atoms = _source_atoms(source, self.width - len(more))
+        atoms = [("", tag), (" ", atoms[0][1])] + atoms[1:]
+        self.lines += _plain(_fill(atoms, self.width, indent, more))
+
     def items(self, head: str, items: list[str], indent: str = "") -> None:
         """``head item, item, ...``: each item (``ID (class)``) kept whole."""
         atoms = _words(head) + [(" ", it + ("," if i < len(items) - 1 else "")) for i, it in enumerate(items)]
@@ -247,7 +256,7 @@ def _one(out: _Text, report: Report) -> None:
     if srcs:
         out.line(("Sources:", None))
         for i, src in enumerate(srcs, 1):
-            out.para(f"[{i}] {src}", "  ")
+            out.source(f"[{i}]", src, "  ")
     if side_notes:
         out.blank()
         out.line(("Also noted (not a KV problem):", "head"))
