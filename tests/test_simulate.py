@@ -146,9 +146,11 @@ def test_cli_json_follows_the_schema_and_recommends_a_setting_without_preemption
 
 
 def test_cli_text_and_markdown_tables():
-    res = run_kvdiag("simulate", "--lab-case", str(PRESSURE), "--num-gpu-blocks", "3510,7020")
+    res = run_kvdiag("simulate", "--lab-case", str(PRESSURE), "--num-gpu-blocks", "3510,7020", "--objective",
+                     "preemptions")
     assert res.code == 0, res.err
-    assert "num_gpu_blocks=7020" in res.out and "simulated" in res.out and "* recommended" in res.out
+    assert "num_gpu_blocks=7020" in res.out and "simulated" in res.out and "* recommended (preemptions)" in res.out
+    assert "tok/s" in res.out  # the table shows all three: preemptions, queue time, throughput
     assert "230 us x scheduled tokens" in res.out  # the step-time constants, not redacted
     md = run_kvdiag("simulate", "--lab-case", str(PRESSURE), "--block-size", "16,32", "--format", "markdown")
     # another block size at the same KV memory: (3510 - 1) x 16 / 32 + 1 blocks

@@ -4,6 +4,8 @@ finished report and nothing else."""
 
 from __future__ import annotations
 
+import re
+
 import os
 import shutil
 import unicodedata
@@ -190,7 +192,15 @@ class _Text:
         (:func:`_source_atoms`), as the evidence lines cut theirs."""
         more = indent + "    "
         source = redact(source)
-        atoms = _source_atoms(source, self.width - len(more))
+        room = self.width - len(more)
+        atoms = []
+        for sep, piece in _source_atoms(source, room):
+            if cells(piece) <= room or " " not in piece:
+                atoms.append((sep, piece))
+                continue
+            # prose of a derived source: cut at spaces outside quoted label values
+            words = re.findall(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")+', piece)
+            atoms += [(sep if i == 0 else " ", w) for i, w in enumerate(words)]
         atoms = [("", tag), (" ", atoms[0][1])] + atoms[1:]
         self.lines += _plain(_fill(atoms, self.width, indent, more))
 
