@@ -98,8 +98,9 @@ RULES_TEST_CODES = exit_codes(("0", "every case passed"), ("1", "a case failed")
 RULES_CODES = exit_codes(("0", "done (rules test: every case passed)"), ("1", "rules test: a case failed"),
                          ("3", "bad usage, an invalid rule or case file, an unknown rule id"))
 GROUP_CODES = exit_codes(("0", "analyze, check: no problem found; the other commands: done"),
-                         ("1", "analyze, check: warning; rules test: a case failed"),
-                         ("2", "analyze, check: critical"),
+                         ("1", "analyze, check: warning; diff --fail-on-regression: AFTER regressed; rules test: a "
+                               "case failed"),
+                         ("2", "analyze, check: critical; estimate: vLLM would refuse to start"),
                          ("3", "could not judge: bad usage, unreadable input, unreachable URL, nothing evaluable"),
                          ("130", "interrupted (see 'kvdiag analyze --help')"))
 
