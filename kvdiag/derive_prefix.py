@@ -472,6 +472,12 @@ def _sizing(bundle: Bundle) -> None:
         names = [n for n in ("num_requests_running", "num_requests_waiting", "num_requests_swapped") if bundle.has(n)]
         if "num_requests_waiting" not in names:
             return
+        segs = {int(x) for n in names for x in bundle.signal(n)["segment"].unique()}
+        if len(segs) > 1:  # never one run's requests over another run's pool (issue 25)
+            bundle.skipped_derived.append(f"replicas_needed not sized: the running and waiting counts come from "
+                                          f"{len(segs)} runs (start-ups) of the server, and one run's queue is not "
+                                          "another's load")
+            return
         cols = _aligned(bundle, tuple(names))
         if cols.empty:
             return
