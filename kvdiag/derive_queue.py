@@ -203,7 +203,8 @@ def derive_queue(bundle: Bundle) -> None:
     if len(w) >= 2 and w["t"].iloc[-1] > w["t"].iloc[0]:
         span = float(w["t"].iloc[-1] - w["t"].iloc[0])
         bundle.add("queue_growth_rate", float(w["value"].iloc[-1] - w["value"].iloc[0]) / span,
-                   f"derived: (waiting {w['value'].iloc[-1]:.0f} − {w['value'].iloc[0]:.0f}) / {span:.0f} s")
+                   f"derived: (waiting {w['value'].iloc[-1]:.0f} ({w['source'].iloc[-1]}) − {w['value'].iloc[0]:.0f} "
+                   f"({w['source'].iloc[0]})) / {span:.0f} s")
     _rates(bundle, since, bool(g))
     if g:
         _limit(bundle, level)
