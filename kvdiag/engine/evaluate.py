@@ -533,9 +533,13 @@ def short_window(findings: list[Finding], rules: list[Rule], bundle: Bundle) -> 
         secs, what = max(wanted)
         if window >= secs:
             continue
-        f.status, f.on_evidence = "unknown", False
-        f.reason = f"window {window:.0f} s too short: {what} needs at least {_minutes(secs)}; not ruled out"
-        f.message = f"{f.title}: cannot judge on a {window:.0f} s window ({what} needs at least {_minutes(secs)})"
+        short = f"window {window:.0f} s too short: {what} needs at least {_minutes(secs)}"
+        if f.status == "unknown":  # keep its own reason (the missing signal), and say the window would not do either
+            f.reason = f"{f.reason}; {short}" if f.reason else short
+        else:
+            f.status, f.on_evidence = "unknown", False
+            f.reason = f"{short}; not ruled out"
+            f.message = f"{f.title}: cannot judge on a {window:.0f} s window ({what} needs at least {_minutes(secs)})"
         if f.cls not in needs or needs[f.cls][0] < secs:
             needs[f.cls] = (secs, what)
     if not needs:
