@@ -9,7 +9,7 @@ from .bundle import Bundle
 from .collect.logs import read_logs
 from .collect.metrics import HttpOptions, WindowInterrupt, merge_target, read_metrics_file, scrape_targets
 from .derive import derive
-from .engine.evaluate import evaluate, unexplained_failures, verdict
+from .engine.evaluate import evaluate, require_keeping_up, short_window, unexplained_failures, verdict
 from .engine.model import load_rules
 from .errors import InputError
 from .report.model import InstanceReport, Report
@@ -96,9 +96,13 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     derive(bundle)
     derive_windows(bundle)
     findings = evaluate(rules, bundle)
+    window_note = short_window(findings, rules, bundle)
     start, end = bundle.window()
-    report = Report(verdict=_guard(verdict(findings, unexplained_failures(bundle)), bundle), findings=findings, inputs=[i.to_dict() for i in bundle.inputs],
+    judged = require_keeping_up(_guard(verdict(findings, unexplained_failures(bundle)), bundle), bundle, window_note)
+    report = Report(verdict=judged, findings=findings, inputs=[i.to_dict() for i in bundle.inputs],
                     window={"start": start, "end": end})
+    if window_note:
+        report.notes.append(window_note)
     if model_config and bundle.has("kv_bytes_per_token"):
         bpt = bundle.signal("kv_bytes_per_token")["value"].iloc[-1]
         report.notes.append(f"model config {model_config}: {bpt:,.0f} bytes of KV per token "
@@ -124,7 +128,9 @@ def _judge(rules, bundle: Bundle):
     derive(bundle)
     derive_windows(bundle)
     findings = evaluate(rules, bundle)
-    return _guard(verdict(findings, unexplained_failures(bundle)), bundle), findings
+    window_note = short_window(findings, rules, bundle)
+    return require_keeping_up(_guard(verdict(findings, unexplained_failures(bundle)), bundle), bundle,
+                              window_note), findings
 
 
 def _guard(v, bundle: Bundle):

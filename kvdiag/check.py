@@ -298,7 +298,8 @@ def status_of(report: Report, warn_on: tuple[str, ...], fail_on: tuple[str, ...]
 def perfdata(bundle: Bundle, report: Report) -> str:
     """Nagios perfdata ``label=value[unit];warn;crit;min;max`` for the numbers a dashboard would plot.
 
-    kv_cache_usage (max over the window, thresholds 0.90/0.95 as rule CAP001), preemptions and waiting
+    kv_cache_usage (max over the window; warning and critical threshold = vLLM's near-full level, printed only when
+    requests waited at that level or were preempted, as rule CAP001 judges), preemptions and waiting
     (increase / max over the window), prefix-cache hit rate (late window) when present, and
     ``kv_full_eta_seconds`` (the forecast time until the pool is full at the current usage trend, seconds; warning
     threshold = rule CAP002's horizon) when usage is rising.
@@ -316,7 +317,14 @@ def perfdata(bundle: Bundle, report: Report) -> str:
             return
         parts.append(f"{label}={_plain(value, fmt)}{tail}")
 
-    one("kv_cache_usage", "kv_cache_usage", "max", ";0.90;0.95;0;1")
+    # thresholds only where the status honours them: vLLM's near-full level (kvdiag/derive_queue.py) when requests
+    # waited at it or were preempted (CAP001 then fires, CRITICAL); high usage with nothing held back is no alert
+    level, near = bundle.last("kv_near_full_level"), bundle.last("num_requests_waiting_near_full")
+    pre = bundle.signal("num_preemptions").sort_values("seq")
+    preempted = len(pre) >= 2 and aggregate(pre, "increase", "counter")[0] > 0
+    held = (near is not None and near[0] > 0) or preempted
+    lv = _plain(round(level[0], 4)) if level else ""
+    one("kv_cache_usage", "kv_cache_usage", "max", f";{lv};{lv};0;1" if level and held else ";;;0;1")
     one("preemptions", "num_preemptions", "increase", ";;;0")
     one("waiting", "num_requests_waiting", "max", ";;;0")
     one("running", "num_requests_running", "max", ";;;0")

@@ -86,7 +86,10 @@ CHECK_CODES = exit_codes(("0", "OK"), ("1", "WARNING"), ("2", "CRITICAL"),
 RECORD_CODES = exit_codes(("0", "recording written"),
                           ("3", "nothing recorded (the first scrape failed), bad usage, --out not writable"),
                           ("130", "interrupted (what was recorded so far is written first)"))
-ESTIMATE_CODES = exit_codes(("0", "estimate printed"), ("3", "bad usage, unreadable or invalid --model-config"))
+ESTIMATE_CODES = exit_codes(("0", "estimate printed: vLLM would start"),
+                            ("2", "vLLM would refuse to start (no KV memory, or a pool smaller than one max_model_len "
+                                  "request); the first line says so with the smallest TP or memory that starts"),
+                            ("3", "bad usage, unreadable or invalid --model-config"))
 LIST_CODES = exit_codes(("0", "listed"), ("3", "bad usage, an invalid rule file under --rules"))
 EXPLAIN_CODES = exit_codes(("0", "explained"), ("3", "no such rule, bad usage, an invalid rule file under --rules"))
 EXPORT_CODES = exit_codes(("0", "written"), ("3", "bad usage, an invalid rule file, --out or --tests not writable"))
@@ -95,8 +98,9 @@ RULES_TEST_CODES = exit_codes(("0", "every case passed"), ("1", "a case failed")
 RULES_CODES = exit_codes(("0", "done (rules test: every case passed)"), ("1", "rules test: a case failed"),
                          ("3", "bad usage, an invalid rule or case file, an unknown rule id"))
 GROUP_CODES = exit_codes(("0", "analyze, check: no problem found; the other commands: done"),
-                         ("1", "analyze, check: warning; rules test: a case failed"),
-                         ("2", "analyze, check: critical"),
+                         ("1", "analyze, check: warning; diff --fail-on-regression: AFTER regressed; rules test: a "
+                               "case failed"),
+                         ("2", "analyze, check: critical; estimate: vLLM would refuse to start"),
                          ("3", "could not judge: bad usage, unreadable input, unreachable URL, nothing evaluable"),
                          ("130", "interrupted (see 'kvdiag analyze --help')"))
 
@@ -406,6 +410,8 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
         ctx.exit(3)
     if interrupt.note:
         notes.append(chk.Note(interrupt.note, "window cut short by an interrupt"))
+    notes += [chk.Note(n, "window too short for some classes") for n in report.notes if n.startswith("window ")
+              and "too short to judge" in n]
     bundle = kept[0]
     current = chk.state_from_bundle(bundle)
     notes += chk.restart_notes(previous, current)
@@ -709,12 +715,12 @@ cli.add_command(estimate)
 
 from .diff_cmd import diff  # noqa: E402  (two inputs compared: kvdiag/diff.py)
 
-diff.epilog = exit_codes(("0", "no problem found on either side (--fail-on-regression: AFTER did not regress)"),
-                         ("1", "warning, the worse of the two verdicts (--fail-on-regression: AFTER regressed: fewer KV "
-                               "tokens, a failure BEFORE did not have, a worse verdict)"),
-                         ("2", "critical, the worse of the two verdicts"),
-                         ("3", "a side could not be judged and the other shows no problem, bad usage, unreadable input, or "
-                               "different models (without --allow-different-models)"), INTERRUPT_ROW)
+diff.epilog = exit_codes(("0", "the comparison was made (--fail-on-regression: and AFTER did not regress); each "
+                               "side's verdict is in the output"),
+                         ("1", "--fail-on-regression only: AFTER regressed (a longer queue, less throughput, more "
+                               "preemptions, fewer KV tokens, a failure BEFORE did not have, a worse verdict)"),
+                         ("3", "could not compare: bad usage, unreadable input, or different models (without "
+                               "--allow-different-models)"), INTERRUPT_ROW)
 cli.add_command(diff)
 
 from .simulate.cmd import simulate_cmd  # noqa: E402  (the what-if scheduler model's command)

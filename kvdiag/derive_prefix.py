@@ -472,6 +472,12 @@ def _sizing(bundle: Bundle) -> None:
         names = [n for n in ("num_requests_running", "num_requests_waiting", "num_requests_swapped") if bundle.has(n)]
         if "num_requests_waiting" not in names:
             return
+        segs = {int(x) for n in names for x in bundle.signal(n)["segment"].unique()}
+        if len(segs) > 1:  # never one run's requests over another run's pool (issue 25)
+            bundle.skipped_derived.append(f"replicas_needed not sized: the running and waiting counts come from "
+                                          f"{len(segs)} runs (start-ups) of the server, and one run's queue is not "
+                                          "another's load")
+            return
         cols = _aligned(bundle, tuple(names))
         if cols.empty:
             return
@@ -481,6 +487,20 @@ def _sizing(bundle: Bundle) -> None:
         bundle.add("kv_demand_requests", float(total[i]), f"derived: {parts} ({cols['_src'].iloc[i]})")
         ratio = total[i] / per, (f"{total[i]:,.0f} requests in the server ({cols['_src'].iloc[i]}) / {per:,.1f} the "
                                  f"pool holds ({r:.0f} running / usage {u:.1%}, {peak['_src']})"), basis
+    rates = _last(bundle, "replicas_from_rates")
+    if rates:  # sized from rates (arrivals vs completions, Little's law): the same for a longer window
+        lo, hi = _last(bundle, "replicas_from_rates_low"), _last(bundle, "replicas_from_rates_high")
+        if rates[0] < 2:
+            return
+        text = bundle.signal("replicas_from_rates")["text"].iloc[-1]
+        if lo and hi and lo[0] != hi[0]:
+            text = f"{lo[0]:.0f}-{hi[0]:.0f} at the rates' ±2 standard errors (a short window); {text}"
+        bundle.add("replicas_needed", rates[0], f"derived: = replicas_from_rates ({rates[1]})", text=text)
+        if fp8 and pool and pool[0] > 0 and fp8[0] > pool[0] and ratio is not None:
+            bundle.add("replicas_needed_fp8", replicas_needed(ratio[0] * pool[0], fp8[0]),
+                       f"derived: {ratio[0]:.2f} pools × {pool[0]:,.0f} tokens / fp8 pool {fp8[0]:,.0f} tokens "
+                       f"({fp8[1]}), rounded up", text=ratio[2])
+        return
     if ratio is None or ratio[0] <= 1 + 1e-9:
         return  # one pool holds the peak: no replica to add
     n = replicas_needed(ratio[0], 1.0)

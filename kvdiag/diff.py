@@ -665,9 +665,44 @@ _FAILURE_CAUSES = {  # the configuration lines known to bring on each failure (v
 }
 
 
+QUEUE_RISE = (1.0, 0.20)
+"""A run's mean waiting queue regressed when it rose by more than 1 request and more than 20 %."""
+THROUGHPUT_FALL = 0.10
+"""Throughput (generation tokens/s, else requests/s finished) regressed when it fell by more than 10 %."""
+
+
+def _window_value(bundle: Bundle, signal: str, agg: str) -> float | None:
+    rows = bundle.signal(signal)
+    rows = rows[rows["value"].notna()] if not rows.empty else rows
+    if rows.empty or (agg in ("rate", "increase") and len(rows) < 2):
+        return None
+    value, _ = aggregate(rows.sort_values("seq"), agg, SIGNALS[signal].kind)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def run_regressions(before: Bundle, after: Bundle) -> list[str]:
+    """What the AFTER run did worse while serving, each side over its own window (rates, so windows of different
+    lengths compare): a longer queue, less throughput, more preemptions per minute."""
+    out = []
+    wb, wa = _window_value(before, "num_requests_waiting", "mean"), _window_value(after, "num_requests_waiting", "mean")
+    if wb is not None and wa is not None and wa - wb > QUEUE_RISE[0] and wa > wb * (1 + QUEUE_RISE[1]):
+        out.append(f"a longer queue: mean waiting {wb:,.1f} → {wa:,.1f} requests")
+    for sig, what, unit in (("generation_tokens", "throughput", "generated tokens/s"),
+                            ("request_prompt_tokens_count", "throughput", "requests finished/s")):
+        tb, ta = _window_value(before, sig, "rate"), _window_value(after, sig, "rate")
+        if tb is not None and ta is not None and tb > 0:
+            if ta < tb * (1 - THROUGHPUT_FALL):
+                out.append(f"less {what}: {tb:,.2f} → {ta:,.2f} {unit} ({ta / tb - 1:+.0%})")
+            break
+    pb, pa = _window_value(before, "num_preemptions", "rate"), _window_value(after, "num_preemptions", "rate")
+    if pb is not None and pa is not None and pa > pb and pa * 60 >= 0.5 + pb * 60:
+        out.append(f"more preemptions: {pb * 60:,.1f} → {pa * 60:,.1f} per minute")
+    return out
+
+
 def regressions(before: Side, after: Side, rows: list[DiffRow] | None = None) -> list[str]:
     """What AFTER lost: fewer KV tokens (or KV memory), a failure BEFORE did not have (with the changed lines known
-    to bring it on), a worse verdict."""
+    to bring it on), a worse run (:func:`run_regressions`: queue, throughput, preemptions), a worse verdict."""
     changed = _changed_config(rows or [])
     out = []
     (tb, _), (ta, tas) = _pool_tokens(before.bundle), _pool_tokens(after.bundle)
@@ -684,6 +719,7 @@ def regressions(before: Side, after: Side, rows: list[DiffRow] | None = None) ->
                       for k in _FAILURE_CAUSES.get(name, ()) if (r := changed.get(k)) is not None]
             out.append(f"a new failure: {SIGNALS[name].description} ({src})"
                        + (f"; changed: {', '.join(causes)}" if causes else ""))
+    out += run_regressions(before.bundle, after.bundle)
     vb, va = before.report.verdict, after.report.verdict
     if _SEVERITY_RANK.get(va.severity, 0) > _SEVERITY_RANK.get(vb.severity, 0):
         def show(v):

@@ -180,55 +180,65 @@ def estimate(
             f"max_num_batched_tokens not given: assumed {mnbt} (vLLM server default below 70 GiB GPUs and on A100; 8192 on H100-class)"
         )
 
-    weights_total: int | None
-    try:
-        weights_total = cap.weights_bytes(config, quantization)
-    except (InputError, ValueError) as exc:
-        weights_total = None
-        notes.append(f"weights not estimated: {str(exc).removeprefix('config: ')}")
-    weights_worker = (
-        cap.weights_bytes_per_gpu(weights_total, tensor_parallel_size, pipeline_parallel_size)
-        if weights_total is not None else None
-    )
+    def run(tensor_parallel_size: int, gpu_memory: float | None, kv_cache_memory: float | None,
+            notes: list[str]):
+        """KV memory and the capacity estimate for one deployment (the refusal search re-runs it)."""
+        weights_total: int | None
+        try:
+            weights_total = cap.weights_bytes(config, quantization)
+        except (InputError, ValueError) as exc:
+            weights_total = None
+            notes.append(f"weights not estimated: {str(exc).removeprefix('config: ')}")
+        weights_worker = (
+            cap.weights_bytes_per_gpu(weights_total, tensor_parallel_size, pipeline_parallel_size)
+            if weights_total is not None else None
+        )
 
-    if kv_cache_memory is not None:
-        kv_bytes = kv_cache_memory * cap.GIB
-    else:
-        util = gpu_memory_utilization
-        if util is None:
-            util = 0.92 if version is not None and version >= (0, 24, 0) else 0.9
-            notes.append(f"gpu_memory_utilization not given: vLLM default {util} assumed")
-        if weights_worker is None:
-            raise click.UsageError("cannot estimate KV memory from --gpu-memory without a weights estimate; give --kv-cache-memory")
-        graphs = int(0.5 * cap.GIB) if version is None or version >= (0, 21, 0) else 0
-        inter = _text(config).get("intermediate_size")
-        non_kv = cap.non_kv_bytes_estimate(
-            shape, weights_worker, max_num_batched_tokens=mnbt, tensor_parallel_size=tensor_parallel_size,
-            intermediate_size=inter if isinstance(inter, int) else None, cuda_graph_bytes=graphs,
-        )
-        kv_bytes = gpu_memory * cap.GIB * util - non_kv
-        notes.append(
-            f"KV memory estimated as {gpu_memory} GiB x {util} - {non_kv / cap.GIB:.2f} GiB non-KV "
-            "(weights share + activation + non-torch" + (" + CUDA graphs" if graphs else "")
-            + "); the startup line 'Available KV cache memory' is authoritative"
-        )
-        if kv_bytes <= 0:
-            notes.append("no memory left for the KV cache: vLLM fails with 'No available memory for the cache blocks'")
-            kv_bytes = 0.0
+        if kv_cache_memory is not None:
+            kv_bytes = kv_cache_memory * cap.GIB
+        else:
+            util = gpu_memory_utilization
+            if util is None:
+                util = 0.92 if version is not None and version >= (0, 24, 0) else 0.9
+                notes.append(f"gpu_memory_utilization not given: vLLM default {util} assumed")
+            if weights_worker is None:
+                raise click.UsageError("cannot estimate KV memory from --gpu-memory without a weights estimate; give --kv-cache-memory")
+            graphs = int(0.5 * cap.GIB) if version is None or version >= (0, 21, 0) else 0
+            inter = _text(config).get("intermediate_size")
+            non_kv = cap.non_kv_bytes_estimate(
+                shape, weights_worker, max_num_batched_tokens=mnbt, tensor_parallel_size=tensor_parallel_size,
+                intermediate_size=inter if isinstance(inter, int) else None, cuda_graph_bytes=graphs,
+            )
+            kv_bytes = gpu_memory * cap.GIB * util - non_kv
+            notes.append(
+                f"KV memory estimated as {gpu_memory} GiB x {util} - {non_kv / cap.GIB:.2f} GiB non-KV "
+                "(weights share + activation + non-torch" + (" + CUDA graphs" if graphs else "")
+                + "); the startup line 'Available KV cache memory' is authoritative"
+            )
+            if kv_bytes <= 0:
+                notes.append("no memory left for the KV cache: vLLM fails with 'No available memory for the cache blocks'")
+                kv_bytes = 0.0
 
-    try:
-        est = cap.estimate_capacity(
-            shape, kv_bytes, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size, block_size=block_size, max_model_len=max_model_len,
-            max_num_batched_tokens=mnbt, vllm_version=vllm_version,
-            speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
-            draft_layers=draft_layers, decode_context_parallel_size=decode_context_parallel_size,
-            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, prefix_caching=(False if no_prefix_caching else True if enable_prefix_caching else None),
-        )
-    except InputError as exc:
-        raise _relabel(exc, model_config) from None
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        try:
+            est = cap.estimate_capacity(
+                shape, kv_bytes, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+                pipeline_parallel_size=pipeline_parallel_size, block_size=block_size, max_model_len=max_model_len,
+                max_num_batched_tokens=mnbt, vllm_version=vllm_version,
+                speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
+                draft_layers=draft_layers, decode_context_parallel_size=decode_context_parallel_size,
+                mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, prefix_caching=(False if no_prefix_caching else True if enable_prefix_caching else None),
+            )
+        except InputError as exc:
+            raise _relabel(exc, model_config) from None
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        return weights_total, weights_worker, kv_bytes, est
+
+    weights_total, weights_worker, kv_bytes, est = run(tensor_parallel_size, gpu_memory, kv_cache_memory, notes)
+    refusal = _refusal(kv_bytes, est, max_model_len)
+    smallest: dict[str, Any] = {}
+    if refusal:
+        smallest = _smallest_that_starts(run, tensor_parallel_size, gpu_memory, kv_cache_memory, max_model_len)
 
     if tensor_parallel_size > shape.num_kv_heads and shape.attention_kind == "mha_gqa":
         notes.append(
@@ -254,11 +264,73 @@ def estimate(
             {"kind": g.kind, "layers": g.layers, "bytes_per_token": g.bytes_per_token} for g in est.layout.groups
         ],
         "notes": list(dict.fromkeys(list(est.notes) + notes)),
+        "starts": not refusal,
     }
+    if refusal:
+        result["refusal"] = refusal
+        result["smallest_that_starts"] = smallest
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
-        return
-    click.echo(_render_text(result, max_model_len))
+    else:
+        click.echo(_render_text(result, max_model_len))
+    if refusal:
+        click.get_current_context().exit(REFUSES_EXIT)
+
+
+REFUSES_EXIT = 2
+"""``estimate``'s exit code when vLLM would refuse to start with these settings."""
+
+
+def _refusal(kv_bytes: float, est, max_model_len: int | None) -> str:
+    """Why vLLM would refuse to start ('' when it starts): no KV memory, or a pool smaller than one max_model_len
+    request (vLLM's start-up check: 'max seq len ... larger than the maximum number of tokens that can be stored in
+    KV cache')."""
+    if kv_bytes <= 0:
+        return "no memory left for the KV cache (vLLM: 'No available memory for the cache blocks')"
+    if est.num_gpu_blocks == 0:
+        return "the KV memory is smaller than one block"
+    if max_model_len and est.max_concurrency is not None and est.max_concurrency < 1:
+        return (f"the pool holds {est.kv_capacity_tokens:,} tokens, less than one request of max_model_len "
+                f"{max_model_len:,} (concurrency {est.max_concurrency:.2f}x; vLLM: the model's max seq len is larger "
+                "than the maximum number of tokens that can be stored in KV cache)")
+    return ""
+
+
+def _smallest_that_starts(run, tp: int, gpu_memory: float | None, kv_cache_memory: float | None,
+                          max_model_len: int | None) -> dict[str, Any]:
+    """The smallest tensor_parallel_size (doubling, up to 64) and the smallest memory (GiB, to 0.1) with which the
+    same estimate starts; keys absent when none in range does."""
+    out: dict[str, Any] = {}
+
+    def starts(tp_: int, gm: float | None, km: float | None) -> bool:
+        try:
+            _, _, kv, est = run(tp_, gm, km, [])
+        except (click.UsageError, InputError, ValueError):
+            return False
+        return not _refusal(kv, est, max_model_len)
+
+    t = tp * 2
+    while t <= 64:
+        if starts(t, gpu_memory, kv_cache_memory):
+            out["tensor_parallel_size"] = t
+            break
+        t *= 2
+    key, cur = ("gpu_memory_gib", gpu_memory) if gpu_memory is not None else ("kv_cache_memory_gib", kv_cache_memory)
+    hi = max(cur or 0.0, 1.0)
+    while hi < 1e5 and not (starts(tp, hi, None) if key == "gpu_memory_gib" else starts(tp, None, hi)):
+        hi *= 2
+    if hi < 1e5:
+        lo = cur or 0.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if (starts(tp, mid, None) if key == "gpu_memory_gib" else starts(tp, None, mid)):
+                hi = mid
+            else:
+                lo = mid
+            if hi - lo < 0.05:
+                break
+        out[key] = math.ceil(hi * 10) / 10
+    return out
 
 
 def _text(config: dict[str, Any]) -> dict[str, Any]:
@@ -269,7 +341,19 @@ def _text(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _render_text(r: dict[str, Any], max_model_len: int | None) -> str:
-    lines = [
+    lines = []
+    if r.get("refusal"):
+        fix = r.get("smallest_that_starts") or {}
+        parts = []
+        if "tensor_parallel_size" in fix:
+            parts.append(f"--tensor-parallel-size {fix['tensor_parallel_size']}")
+        if "gpu_memory_gib" in fix:
+            parts.append(f"--gpu-memory {fix['gpu_memory_gib']:g} (GiB per GPU)")
+        if "kv_cache_memory_gib" in fix:
+            parts.append(f"{fix['kv_cache_memory_gib']:g} GiB of KV memory (--kv-cache-memory)")
+        lines.append(f"vLLM would refuse to start: {r['refusal']}. Smallest that starts: "
+                     + (" or ".join(parts) if parts else "none found (up to tensor_parallel_size 64)") + ".")
+    lines += [
         f"KV bytes per token:   {r['kv_bytes_per_token']:,} B",
         f"Block size:           {r['block_size']} tokens ({r['block_bytes']:,} B per block)",
         f"GPU blocks:           {r['num_gpu_blocks']:,}",

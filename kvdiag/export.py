@@ -305,12 +305,24 @@ def condition_expr(node: Node, window: Window | str) -> str:
             raise NotExportable(f"agg {c.agg} on {c.signal}")
         names = _names_of("kv_block_idle_before_evict_seconds_count")
         return f"{_per_name(f'increase({{m}}[{w.window}])', names)} {_OP[c.op]} {_fmt(c.value)}"
-    if c.signal == "num_requests_waiting_when_full":  # kvdiag/derive_dynamics.py: waiting at an instant of usage >= 90%
-        if c.agg != "max":
-            raise NotExportable(f"agg {c.agg} on num_requests_waiting_when_full")
-        from .derive_dynamics import WAITING_FULL_USAGE
+    if c.signal == "kv_cache_usage_over_level":  # kvdiag/derive_queue.py; PromQL has no block arithmetic: the 95 %
+        # level kvdiag itself uses when the pool's size is not known
+        from .derive_queue import FALLBACK_NEAR_FULL
 
-        terms = [f"max {_BY} (max_over_time(({wn} and {u} >= {_fmt(WAITING_FULL_USAGE)})[{w.window}:]))"
+        if c.agg != "last":
+            raise NotExportable(f"agg {c.agg} on kv_cache_usage_over_level")
+        per_name = [f"max {_BY} (max_over_time({name}[{w.window}]))" for name in metric_names("kv_cache_usage")]
+        joined = per_name[0] if len(per_name) == 1 else "(" + " or ".join(per_name) + ")"
+        return f"{joined} - {_fmt(FALLBACK_NEAR_FULL)} {_OP[c.op]} {_fmt(c.value)}"
+    if c.signal in ("num_requests_waiting_when_full", "num_requests_waiting_near_full"):
+        # waiting at an instant of usage at the level (derive_dynamics 90 %; derive_queue's near-full level, 95 % here)
+        if c.agg != "max":
+            raise NotExportable(f"agg {c.agg} on {c.signal}")
+        from .derive_dynamics import WAITING_FULL_USAGE
+        from .derive_queue import FALLBACK_NEAR_FULL
+
+        level = WAITING_FULL_USAGE if c.signal == "num_requests_waiting_when_full" else FALLBACK_NEAR_FULL
+        terms = [f"max {_BY} (max_over_time(({wn} and {u} >= {_fmt(level)})[{w.window}:]))"
                  for wn in metric_names("num_requests_waiting") for u in metric_names("kv_cache_usage")
                  if wn[len("vllm")] == u[len("vllm")]]  # vllm: with vllm:, vllm_ with vllm_ (one exposition)
         joined = terms[0] if len(terms) == 1 else "(" + " or ".join(terms) + ")"

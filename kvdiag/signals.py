@@ -374,6 +374,10 @@ WINDOW_HISTOGRAMS: dict[str, tuple[str, str, str]] = {
     "request_generation_tokens": ("request_generation_tokens", "tokens", "output length of finished requests"),
     "request_queue_time_seconds": ("request_queue_time", "seconds", "time finished requests spent waiting"),
     "time_to_first_token_seconds": ("time_to_first_token", "seconds", "time to first token"),
+    # time in system (Little's law) and time in service, for sizing from rates (issue 25)
+    "e2e_request_latency_seconds": ("e2e_request_latency", "seconds", "time finished requests spent in the server"),
+    "request_inference_time_seconds": ("request_inference_time", "seconds",
+                                       "time finished requests spent running (prefill + decode)"),
     # KV block residency, sampled (--kv-cache-metrics, 0.16+; reference §1.4): prefix-cache eviction evidence
     "kv_block_lifetime_seconds": ("kv_block_lifetime", "seconds",
                                   "lifetime of sampled KV blocks, allocation to eviction"),
@@ -542,6 +546,45 @@ _WINDOW_SIGNALS += [
            "trend of KV demand: least-squares slope of running × (mean prompt + mean output / 2) + waiting × mean "
            "prompt over the last 5 minutes (derived; needs the length histograms' means)"),
 ]
+_WINDOW_SIGNALS += [
+    # --- is the server keeping up? (issue 25; kvdiag/derive_queue.py) -------------------------------------------------
+    Signal("kv_near_full_level", "fact", "ratio",
+           "KV usage above which vLLM's scheduler cannot admit a waiting request: 1 − (blocks of one request's first "
+           "prefill chunk, p95 prompt capped by the step's token budget, + one block per running request) / usable "
+           "blocks (derived)"),
+    Signal("kv_cache_usage_over_level", "fact", "ratio",
+           "peak kv_cache_usage − kv_near_full_level: ≥ 0 when the pool reached the level at which admission stalls "
+           "(derived)"),
+    Signal("num_requests_waiting_near_full", "fact", "requests",
+           "most requests waiting at an instant whose KV usage was at or above kv_near_full_level (derived)"),
+    Signal("queue_grows", "fact", "bool",
+           "1 when the waiting queue grew (arrivals outran admissions: more waiting at the end than at the start and "
+           "waiting on the last two samples) or never emptied (waiting on every one of 3+ samples); 0 when judged "
+           "not growing; absent when the window cannot tell (derived)"),
+    Signal("queue_growth_rate", "fact", "requests/s",
+           "(waiting at the last sample − at the first) / the time between them (derived)"),
+    Signal("queue_limit", "fact", "requests",
+           "what holds the queue back when the pool is not near full: text max_num_seqs (value = the cap), "
+           "token_budget (value = max_num_batched_tokens) or throughput (value = requests completed per second) "
+           "(derived)"),
+    Signal("window_seconds", "fact", "seconds",
+           "time spanned by the timestamped runtime samples (KV usage, waiting) of the window (derived)"),
+    Signal("window_samples", "fact", "count", "timestamped runtime samples in the window (derived)"),
+    Signal("request_completion_rate", "fact", "requests/s",
+           "requests finished per second over the window: Δ request_prompt_tokens_count / span (derived)"),
+    Signal("request_arrival_rate", "fact", "requests/s",
+           "requests arriving per second: completions + Δ(running + waiting), over the span (derived)"),
+    Signal("request_arrival_rate_low", "fact", "requests/s",
+           "arrival rate at −2 Poisson standard errors (√arrivals / span) (derived)"),
+    Signal("request_arrival_rate_high", "fact", "requests/s",
+           "arrival rate at +2 Poisson standard errors (derived)"),
+    Signal("replicas_from_rates", "fact", "count",
+           "replicas of this server that keep up with the arrivals: arrival rate / the rate one saturated server "
+           "completes, or Little's law on the KV pool (arrival rate × time in service × tokens held per request / "
+           "pool), the larger, rounded up (derived)"),
+    Signal("replicas_from_rates_low", "fact", "count", "replicas_from_rates at the low end of the rates (derived)"),
+    Signal("replicas_from_rates_high", "fact", "count", "replicas_from_rates at the high end of the rates (derived)"),
+]
 for _s in _WINDOW_SIGNALS:
     SIGNALS.setdefault(_s.name, _s)
 
@@ -577,8 +620,6 @@ IGNORED_METRICS: dict[str, str] = {
     "time_per_output_token_seconds": "decode latency, not KV (renamed inter_token_latency_seconds)",
     "inter_token_latency_seconds": "decode latency, not KV",
     "request_time_per_output_token_seconds": "decode latency, not KV",
-    "e2e_request_latency_seconds": "latency symptom; queue time is read instead",
-    "request_inference_time_seconds": "latency symptom; queue time is read instead",
     "request_prefill_time_seconds": "latency symptom; queue time is read instead",
     "request_decode_time_seconds": "latency symptom; queue time is read instead",
     "time_in_queue_requests": "V0 0.6-0.7 duplicate of request_queue_time_seconds",

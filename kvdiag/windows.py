@@ -22,6 +22,7 @@ import pandas as pd
 from .bundle import Bundle
 from .derive import increase
 from .derive_prefix import derive_prefix
+from .derive_queue import derive_queue
 from .derive_dynamics import derive_dynamics
 from .derive_trend import derive_trend
 from .signals import WINDOW_HISTOGRAMS
@@ -166,6 +167,7 @@ def derive_windows(bundle: Bundle) -> None:
                 i = int(np.argmax(np.diff(v) < 0)) + 1
                 bundle.add("counter_resets", float(n), f"derived: {sig} fell at {rows['source'].iloc[i]}",
                            t=rows["t"].iloc[i], text=sig)
+    derive_queue(bundle)  # before derive_prefix: replicas_needed is sized from its rates when it has them
     derive_prefix(bundle)
     derive_dynamics(bundle)
     derive_trend(bundle)

@@ -88,6 +88,18 @@ def test_every_class_through_the_real_cli_fits():
     status, _ = nagios(res)
     assert res.code == 1 and status.startswith("KVDIAG WARNING - prefix_cache_eviction: "), res.out
     seen.setdefault("prefix_cache_eviction", "live")
+    # queueing: the lab pair's max_num_seqs 64 run (a queue that grows with room in the pool)
+    import gzip
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = f"{tmp}/after.om"
+        with open(rec, "wb") as fh:
+            fh.write(gzip.decompress((FIXTURES / "diff" / "lab-max-num-seqs" / "after" / "recording.om.gz").read_bytes()))
+        res = run_kvdiag("check", "--metrics-file", rec)
+    status, _ = nagios(res)
+    assert res.code == 1 and status.startswith("KVDIAG WARNING - queueing: "), res.out
+    seen.setdefault("queueing", "lab max-num-seqs after")
     every = {r.cls for r in load_rules([])} | {"healthy", "inconclusive"}
     assert set(seen) == every, sorted(every - set(seen))
 

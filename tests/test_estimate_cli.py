@@ -15,7 +15,7 @@ from kvdiag.estimate_cmd import estimate
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "capacity" / "configs"
 KEYS = {
     "kv_bytes_per_token", "block_size", "block_bytes", "num_gpu_blocks", "kv_capacity_tokens",
-    "max_concurrency", "weights_bytes", "groups", "notes",
+    "max_concurrency", "weights_bytes", "groups", "notes", "starts",
 }
 
 

@@ -144,7 +144,9 @@ SIM_DOM = """() => ({
 
 
 def test_simulate_html_in_chromium_holds_every_setting_and_marks_the_recommended(browser, tmp_path):
-    doc, out, code = _both(tmp_path, "simulate", "--lab-case", str(PRESSURE), "--max-num-seqs", "12,256")
+    # --objective preemptions: the default (balanced) recommends neither of these two (issue 25)
+    doc, out, code = _both(tmp_path, "simulate", "--lab-case", str(PRESSURE), "--max-num-seqs", "12,256",
+                           "--objective", "preemptions")
     assert code == 0
     shown, dom = _show(browser, out, SIM_DOM)
     assert_clean(shown)

@@ -76,4 +76,11 @@ def test_text_report_verdict_first(kvdiag):
     res = kvdiag("analyze", "--log", str(case / "vllm.log"))
     first = res.out.splitlines()[0]
     assert first.startswith("CRITICAL: capacity_pressure")
-    assert "Evidence:" in res.out and "Fix:" in res.out and "Ruled out" in res.out
+    assert "Evidence:" in res.out and "What to change:" in res.out and "Ruled out" in res.out
+    # the on-call order (issue 25): verdict, what to change (flags to paste), evidence, sources (each once)
+    at = [res.out.index(h) for h in ("What to change:", "Evidence:", "Sources:", "Ruled out")]
+    assert at == sorted(at), at
+    assert "paste: --max-num-seqs" in res.out
+    sources = res.out[res.out.index("Sources:"):res.out.index("Ruled out")]
+    listed = [line.split("] ", 1)[1] for line in sources.splitlines() if line.strip().startswith("[")]
+    assert len(listed) == len(set(listed))

@@ -421,7 +421,7 @@ def rules_out(finding: Finding, primary: str) -> bool:
     return finding.status == "quiet" and finding.on_evidence and finding.cls not in (primary, "healthy")
 
 
-RUNTIME_CLASSES = ("capacity_pressure", "prefix_cache_eviction", "partial_block_waste")
+RUNTIME_CLASSES = ("capacity_pressure", "prefix_cache_eviction", "partial_block_waste", "queueing")
 """Classes judged from a serving server's signals; ``healthy`` needs at least one of them judged."""
 
 
@@ -462,7 +462,12 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
         return Verdict("inconclusive", "ok", "low",
                        f"The input shows a failure no rule explains: {unexplained[0]}{more}. "
                        "Not judged healthy.", [], ruled_out("inconclusive"))
-    runtime_judged = [f for f in judged if f.cls in RUNTIME_CLASSES]
+    if judged and not notes and not any(f.status == "quiet" and f.on_evidence for f in judged):
+        # every quiet rule was quiet only because its inputs were absent: nothing was judged (Nagios UNKNOWN)
+        return Verdict("inconclusive", "ok", "low",
+                       f"Nothing could be judged: {len(findings)} rule(s), none with the signals it needs in the "
+                       "input.", [], [])
+    runtime_judged = [f for f in judged if f.cls in RUNTIME_CLASSES and (f.status == "fires" or f.on_evidence)]
     if judged and not runtime_judged and not notes:
         return Verdict("inconclusive", "ok", "low",
                        f"Start-up looks sound ({len(judged)} start-up rule(s) quiet), but the input holds no runtime "
@@ -481,3 +486,110 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
         return Verdict("healthy", "ok", conf, summary, [], ruled_out("healthy"))
     return Verdict("inconclusive", "ok", "low",
                    "Nothing could be judged: the inputs hold none of the signals the rules need.")
+
+
+# --- windows too short, and healthy only on positive evidence (issue 25) ------------------------------------------
+_TREND = (180.0, "a hit-rate trend (three thirds of at least a minute each)")
+_OCCUPANCY = (120.0, "a token-occupancy estimate (several full-pool instants over minutes)")
+_USAGE_TREND = (120.0, "a usage trend (8 samples over 2 minutes)")
+WINDOW_NEEDS: dict[str, tuple[float, str]] = {
+    **{s: _TREND for s in ("prefix_cache_hit_rate_early", "prefix_cache_hit_rate_late", "prefix_cache_hit_rate_drop",
+                           "prefix_cache_hit_rate_low_load", "prefix_cache_hit_rate_high_load",
+                           "prefix_cache_hit_rate_load_drop", "prefix_cache_hits_per_second_early",
+                           "prefix_cache_hits_per_second_late", "prefix_cache_hits_per_second_ratio",
+                           "prefix_cache_queries_per_second_early", "prefix_cache_queries_per_second_late",
+                           "prefix_cache_queries_per_second_ratio", "prefix_cache_retention_seconds",
+                           "prefix_cache_hit_rate_window")},
+    **{s: _OCCUPANCY for s in ("kv_token_occupancy", "kv_empty_slots_ratio")},
+    **{s: _USAGE_TREND for s in ("kv_cache_usage_slope", "kv_cache_usage_slope_t", "kv_cache_usage_slope_recent",
+                                 "kv_cache_usage_trend_samples", "kv_cache_usage_trend_seconds",
+                                 "kv_cache_usage_trend_rise", "kv_full_eta_seconds")},
+}
+"""Signals a rule can only judge over a window at least this long (seconds), with what they estimate."""
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def short_window(findings: list[Finding], rules: list[Rule], bundle: Bundle) -> str:
+    """Rules that need a longer window than the bundle's (``window_seconds``) are not judged on it: a quiet finding
+    that reads a signal of :data:`WINDOW_NEEDS` becomes ``unknown`` (never ruled out), with the window it would need.
+    Returns one note naming those classes and how long a window would judge them ('' when the window is long enough
+    or has no runtime samples)."""
+    got = bundle.last("window_seconds")
+    if got is None:
+        return ""
+    window = got[0]
+    by_id = {r.id: r for r in rules}
+    needs: dict[str, tuple[float, str]] = {}
+    for f in findings:
+        rule = by_id.get(f.rule_id)
+        if rule is None or f.status == "fires" or f.cls == "healthy":
+            continue
+        wanted = [WINDOW_NEEDS[s] for s in _leaf_signals(rule.when) if s in WINDOW_NEEDS]
+        if not wanted:
+            continue
+        secs, what = max(wanted)
+        if window >= secs:
+            continue
+        short = f"window {window:.0f} s too short: {what} needs at least {_minutes(secs)}"
+        if f.status == "unknown":  # keep its own reason (the missing signal), and say the window would not do either
+            f.reason = f"{f.reason}; {short}" if f.reason else short
+        else:
+            f.status, f.on_evidence = "unknown", False
+            f.reason = f"{short}; not ruled out"
+            f.message = f"{f.title}: cannot judge on a {window:.0f} s window ({what} needs at least {_minutes(secs)})"
+        if f.cls not in needs or needs[f.cls][0] < secs:
+            needs[f.cls] = (secs, what)
+    if not needs:
+        return ""
+    parts = [f"{cls} ({what} needs at least {_minutes(secs)})" for cls, (secs, what) in needs.items()]
+    longest = max(s for s, _ in needs.values())
+    return (f"window {window:.0f} s too short to judge {', '.join(parts)}: not ruled out; a window of at least "
+            f"{_minutes(longest)} judges them")
+
+
+def not_keeping_up(bundle: Bundle) -> list[str]:
+    """Why the window does not show the server keeping up (empty: it does): a preemption, a queue that rose, requests
+    waiting at vLLM's near-full level, or a queue whose growth the window cannot tell."""
+    out = []
+    pre = bundle.signal("num_preemptions")
+    if len(pre) >= 2:
+        inc, _ = aggregate(pre.sort_values("seq"), "increase", "counter")
+        if inc > 0:
+            out.append(f"{inc:.0f} preemption(s) in the window")
+    elif len(pre) == 1 and pre["value"].iloc[0] > 0:  # one page: only a counter still at 0 shows none happened
+        out.append(f"{pre['value'].iloc[0]:.0f} preemption(s) since the server started, and one sample cannot tell "
+                   "whether any fell in the window (2 samples are needed)")
+    w = bundle.signal("num_requests_waiting").dropna(subset=["value"])
+    if not w.empty:
+        timed = w[w["t"].notna()].sort_values("t")
+        w = timed if len(timed) else w.sort_values("seq")
+        first, last = float(w["value"].iloc[0]), float(w["value"].iloc[-1])
+        g = bundle.last("queue_grows")
+        if g and g[0] >= 1:  # kvdiag/derive_queue.py grows(): rose and waiting on the last two samples, or never emptied
+            out.append(f"the waiting queue grew {first:.0f} → {last:.0f} ({g[1]})")
+        near = bundle.last("num_requests_waiting_near_full")
+        level = bundle.last("kv_near_full_level")
+        if near and near[0] > 0:
+            out.append(f"{near[0]:.0f} request(s) waited with KV usage at or above {level[0]:.1%}, the level at which "
+                       "vLLM stops admitting" if level else f"{near[0]:.0f} request(s) waited with the pool near full")
+        if float(w["value"].max()) > 0 and not bundle.has("queue_grows"):
+            out.append(f"{float(w['value'].max()):.0f} request(s) waiting, and the window is too short to tell whether "
+                       "the queue grows (3 timestamped samples are needed)")
+    return out
+
+
+def require_keeping_up(v: Verdict, bundle: Bundle, window_note: str = "") -> Verdict:
+    """``healthy`` only on positive evidence: a healthy verdict on a window that does not show the server keeping up
+    (:func:`not_keeping_up`) becomes ``inconclusive``, saying why and which classes a short window could not judge."""
+    if v.primary != "healthy":
+        return v
+    why = not_keeping_up(bundle)
+    if not why:
+        return v
+    summary = "Not judged healthy: " + "; ".join(why) + "."
+    if window_note:
+        summary += " The " + window_note + "."
+    return Verdict("inconclusive", "ok", "low", summary, [], v.ruled_out)

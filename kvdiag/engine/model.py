@@ -21,7 +21,7 @@ from ..signals import SIGNALS
 
 CLASSES = ("capacity_pressure", "partial_block_waste", "prefix_cache_eviction", "weights_dont_fit",
            "startup_kv_capacity", "activation_peak_oom", "cuda_graph_oom", "sampler_oom", "encoder_cache_oom",
-           "external_memory_pressure", "healthy", "inconclusive")
+           "external_memory_pressure", "queueing", "healthy", "inconclusive")
 SEVERITIES = ("ok", "warning", "critical")
 CONFIDENCES = ("low", "medium", "high")
 AGGS = ("last", "first", "min", "max", "mean", "p95", "count", "present", "increase", "rate")

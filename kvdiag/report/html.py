@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from datetime import timezone
 
-from .common import _fmt_value, headline_label, split_notes
+from .common import _fmt_value, changes, evidence_items, headline_label, nothing_judged, sources, split_notes
 from .htmlpage import _RC, CSS, _e, _m, _svg, page  # noqa: F401 (CSS: the page's style sheet, named here too)
 from .model import Charts, Report, not_judged, ruled_out
 
@@ -322,12 +322,13 @@ def usage_multiple(name: str, verdict, charts: Charts | None, span: tuple[float,
 
 # ------------------------------------------------------------------------------------------------
 # The page
-def _evidence_table(f) -> str:
+def _evidence_table(f, index: dict[str, int]) -> str:
     rows = []
-    for e in f.evidence:
+    for e in evidence_items(f):
         agg = "" if e.agg == "last" else f" ({e.agg})"
+        n = index[e.source]
         rows.append(f"<tr><td><code>{_e(e.signal)}</code>{_e(agg)}</td><td class=\"num\">"
-                    f"{_e(_fmt_value(e.value, e.unit))}</td><td class=\"src\">{_e(e.source)}</td></tr>")
+                    f"{_e(_fmt_value(e.value, e.unit))}</td><td class=\"src\"><a href=\"#source-{n}\">[{n}]</a></td></tr>")
     return ("<table class=\"evidence\"><thead><tr><th>signal</th><th>value</th><th>source</th></tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>")
 
@@ -335,6 +336,9 @@ def _evidence_table(f) -> str:
 def _findings(report: Report) -> list[str]:
     out: list[str] = []
     fired, side_notes = split_notes(report)
+    index, srcs = sources(report)
+    if fired:
+        out.append("<h2>Evidence</h2>")
     for f in fired:
         out.append(f"<article class=\"finding sev-{_e(f.severity)}\" id=\"finding-{_e(f.rule_id)}\" "
                    f"data-rule=\"{_e(f.rule_id)}\">")
@@ -342,10 +346,11 @@ def _findings(report: Report) -> list[str]:
         out.append(f"<h3><span class=\"badge {_e(f.severity)}\">{_e(f.severity)}</span> {_e(f.rule_id)} "
                    f"<code>{_e(f.cls)}</code>: {_e(f.title)}{fc}</h3><p>{_e(f.message)}</p>")
         if f.evidence:
-            out.append("<h4>Evidence</h4>" + _evidence_table(f))
-        if f.remedy:
-            out.append("<h4>Fix</h4><ul>" + "".join(f"<li>{_e(r)}</li>" for r in f.remedy) + "</ul>")
+            out.append(_evidence_table(f, index))
         out.append("</article>")
+    if srcs:
+        out.append("<h3>Sources</h3><ol class=\"sources\">" + "".join(
+            f"<li id=\"source-{i}\" class=\"src\">{_e(src)}</li>" for i, src in enumerate(srcs, 1)) + "</ol>")
     if side_notes:
         out.append("<h2>Also noted (not a KV problem)</h2><ul>" +
                    "".join(f"<li id=\"finding-{_e(f.rule_id)}\"><b>{_e(f.rule_id)}</b>: {_e(f.message)}</li>"
@@ -356,7 +361,10 @@ def _findings(report: Report) -> list[str]:
                    "".join(f"<li><b>{_e(f.rule_id)}</b> <code>{_e(f.cls)}</code>: {_e(f.message)}</li>"
                            for f in shown) + "</ul>")
     absent = not_judged(report.findings)
-    if absent:
+    if absent and nothing_judged(report):
+        out.append(f"<p class=\"not-judged\">Not judged: none of the {len(report.findings)} rules found its signals in "
+                   "the input (is it a vLLM log or /metrics page?).</p>")
+    elif absent:
         out.append("<h2>Not judged (the input lacks their signals)</h2><ul class=\"not-judged\">" +
                    "".join(f"<li><b>{_e(f.rule_id)}</b> <code>{_e(f.cls)}</code>: {_e(f.reason)}</li>"
                            for f in absent) + "</ul>")
@@ -380,7 +388,6 @@ def _inputs(report: Report) -> str:
     w = report.window
     if w.get("start"):
         items.append(f"<li>window: {_e(w['start'])} .. {_e(w['end'])}</li>")
-    items += [f"<li>note: {_e(n)}</li>" for n in report.notes]
     return "<h2>Inputs</h2><ul class=\"inputs\">" + "".join(items) + "</ul>"
 
 
@@ -435,6 +442,13 @@ def _charts_html(charts: Charts | None, window: dict) -> list[str]:
 def _one(report: Report, tag: str = "h1", where: str = "", charts: bool = True) -> list[str]:
     v = report.verdict
     out = [f"<section class=\"server\">{_headline(v, tag, where)}", f"<p class=\"summary\">{_e(v.summary)}</p>"]
+    if report.notes:
+        out.append("<ul class=\"notes\">" + "".join(f"<li>note: {_e(n)}</li>" for n in report.notes) + "</ul>")
+    flags, fixes = changes(report)
+    if fixes:
+        out.append("<h2>What to change</h2>" + (f"<pre class=\"flags\">{_e(' '.join(flags))}</pre>" if flags else "")
+                   + "<ol class=\"fixes\">" + "".join(f"<li>{_e(r)} <span class=\"rule\">({_e(rid)})</span></li>"
+                                                     for rid, r in fixes) + "</ol>")
     if charts:
         out += _charts_html(report.charts, report.window)
     out += _findings(report)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .common import _fmt_value, headline_label, split_notes
+from .common import _fmt_value, changes, evidence_items, headline_label, nothing_judged, sources, split_notes
 from .model import Report, not_judged, ruled_out
 
 
@@ -46,18 +46,27 @@ def render_markdown(report: Report) -> str:
     out = [f"# kvdiag: {headline_label(v)} — `{v.primary}` (confidence {v.confidence}"
            f"{', a forecast: not yet happened' if v.forecast else ''})", "",
            f"**What happened.** {_text(v.summary)}", ""]
-    if primary and primary.remedy:
-        out += ["**What to change.**", ""] + [f"{i}. {_text(r)}" for i, r in enumerate(primary.remedy, 1)] + [""]
+    out += [f"- note: {_text(n)}" for n in report.notes] + ([""] if report.notes else [])
+    flags, fixes = changes(report)
+    if fixes:
+        out += ["## What to change", ""]
+        if flags:
+            out += ["```", " ".join(flags), "```", ""]
+        out += [f"{i}. {_text(r)} ({rule_id})" for i, (rule_id, r) in enumerate(fixes, 1)] + [""]
+    index, srcs = sources(report)
+    if fired:
+        out += ["## Evidence", ""]
     for f in fired:
-        out += [f"## {f.rule_id} `{f.cls}` ({f.severity}): {f.title}", "", _text(f.message), ""]
-        if f.evidence:
+        out += [f"### {f.rule_id} `{f.cls}` ({f.severity}): {f.title}", "", _text(f.message), ""]
+        items = evidence_items(f)
+        if items:
             out += ["| signal | value | source |", "|---|---|---|"]
-            for e in f.evidence:
+            for e in items:
                 agg = "" if e.agg == "last" else f" ({e.agg})"
-                out.append(f"| `{e.signal}`{agg} | {_cell(_text(_fmt_value(e.value, e.unit)))} | {_code(e.source)} |")
+                out.append(f"| `{e.signal}`{agg} | {_cell(_text(_fmt_value(e.value, e.unit)))} | [{index[e.source]}] |")
             out.append("")
-        if f is not primary and f.remedy:
-            out += ["Fix:", ""] + [f"- {_text(r)}" for r in f.remedy] + [""]
+    if srcs:
+        out += ["Sources:", ""] + [f"{i}. {_code(src)}" for i, src in enumerate(srcs, 1)] + [""]
     if side_notes:
         out += ["## Also noted (not a KV problem)", ""] + [f"- {f.rule_id}: {_text(f.message)}" for f in side_notes]
         out += [""]
@@ -65,7 +74,10 @@ def render_markdown(report: Report) -> str:
     if shown:
         out += ["## Ruled out", ""] + [f"- **{f.cls}** ({f.rule_id}): {_text(f.message)}" for f in shown] + [""]
     unknown = not_judged(report.findings)  # could not be judged, or quiet only because their inputs were absent
-    if unknown:
+    if unknown and nothing_judged(report):
+        out += [f"Not judged: none of the {len(report.findings)} rules found its signals in the input (is it a vLLM "
+                "log or /metrics page?).", ""]
+    elif unknown:
         out += ["<details><summary>Not judged (missing signals)</summary>", ""]
         out += [f"- {f.rule_id} `{f.cls}`: {_text(f.reason)}" for f in unknown] + ["", "</details>", ""]
     out += ["## Inputs", ""]
@@ -77,6 +89,4 @@ def render_markdown(report: Report) -> str:
     w = report.window
     if w.get("start"):
         out.append(f"- window: {w['start']} .. {w['end']}")
-    for n in report.notes:
-        out.append(f"- note: {_text(n)}")
     return "\n".join(out).rstrip("\n") + "\n"

@@ -4,6 +4,8 @@ finished report and nothing else."""
 
 from __future__ import annotations
 
+import re
+
 import os
 import shutil
 import unicodedata
@@ -11,7 +13,7 @@ import unicodedata
 import click
 
 from ..redaction import redact
-from .common import _fmt_value, headline_label, split_notes  # noqa: F401  (shared with the other renderers)
+from .common import _fmt_value, changes, evidence_items, headline_label, nothing_judged, sources, split_notes  # noqa: F401
 from .model import Report, not_judged, ruled_out
 
 WIDTH = 100
@@ -185,6 +187,23 @@ class _Text:
         atoms[0] = ("", atoms[0][1])
         self.lines += _plain(_fill(atoms, self.width, indent, more))
 
+    def source(self, tag: str, source: str, indent: str) -> None:
+        """``[n] SOURCE``: the source whole when it fits a line, else cut only at its label and token boundaries
+        (:func:`_source_atoms`), as the evidence lines cut theirs."""
+        more = indent + "    "
+        source = redact(source)
+        room = self.width - len(more)
+        atoms = []
+        for sep, piece in _source_atoms(source, room):
+            if cells(piece) <= room or " " not in piece:
+                atoms.append((sep, piece))
+                continue
+            # prose of a derived source: cut at spaces outside quoted label values
+            words = re.findall(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")+', piece)
+            atoms += [(sep if i == 0 else " ", w) for i, w in enumerate(words)]
+        atoms = [("", tag), (" ", atoms[0][1])] + atoms[1:]
+        self.lines += _plain(_fill(atoms, self.width, indent, more))
+
     def items(self, head: str, items: list[str], indent: str = "") -> None:
         """``head item, item, ...``: each item (``ID (class)``) kept whole."""
         atoms = _words(head) + [(" ", it + ("," if i < len(items) - 1 else "")) for i, it in enumerate(items)]
@@ -214,27 +233,40 @@ def render_text(report: Report, width: int = WIDTH, color: bool = False) -> str:
 
 
 def _one(out: _Text, report: Report) -> None:
+    """The on-call order: the verdict and its notes, what to change (the flags to paste, then every fix), the evidence
+    (each source numbered once, listed under it), then what else was noted, ruled out, not judged, and the inputs."""
     v = report.verdict
     label = headline_label(v)
     kind = ", a forecast: not yet happened" if v.forecast else ""
     out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence}{kind})")
     out.para(v.summary, "  ")
+    for n in report.notes:
+        out.para(f"note: {n}", "  ")
     for line in trend_lines(report.charts, out.width):
         out.line((line, None))
-    fired, side_notes = split_notes(report)
-    for f in fired:
+    flags, fixes = changes(report)
+    if fixes:
         out.blank()
+        out.line(("What to change:", "head"))
+        if flags:
+            out.para("paste: " + " ".join(flags), "  ")
+        for rule_id, r in fixes:
+            out.para(f"- {r} ({rule_id})", "  ")
+    fired, side_notes = split_notes(report)
+    index, srcs = sources(report)
+    if fired:
+        out.blank()
+        out.line(("Evidence:", "head"))
+    for f in fired:
         out.labelled(f"[{f.severity}]", f.severity, f" {f.rule_id} {f.cls}: {f.title}", "    ")
         out.para(f.message, "  ")
-        if f.evidence:
-            out.line(("  Evidence:", None))
-            for e in f.evidence:
-                agg = "" if e.agg == "last" else f" ({e.agg})"
-                out.evidence(f"- {e.signal}{agg} =", _fmt_value(e.value, e.unit), e.source, "    ")
-        if f.remedy:
-            out.line(("  Fix:", None))
-            for r in f.remedy:
-                out.para(f"- {r}", "    ")
+        for e in evidence_items(f):
+            agg = "" if e.agg == "last" else f" ({e.agg})"
+            out.para(f"- {e.signal}{agg} = {_fmt_value(e.value, e.unit)}  [{index[e.source]}]", "    ")
+    if srcs:
+        out.line(("Sources:", None))
+        for i, src in enumerate(srcs, 1):
+            out.source(f"[{i}]", src, "  ")
     if side_notes:
         out.blank()
         out.line(("Also noted (not a KV problem):", "head"))
@@ -253,8 +285,6 @@ def _one(out: _Text, report: Report) -> None:
     w = report.window
     if w.get("start"):
         out.para(f"window: {w['start']} .. {w['end']}", "  ")
-    for n in report.notes:
-        out.para(f"note: {n}", "  ")
 
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -347,7 +377,10 @@ def _ruled_out(out: _Text, report: Report) -> None:
         out.blank()
     if other:
         out.items("Also checked, nothing found:", [f"{f.rule_id} ({f.cls})" for f in other])
-    if absent:
+    if absent and nothing_judged(report):  # not a vLLM input: one line, not a list of rules
+        out.para(f"Not judged: none of the {len(report.findings)} rules found its signals in the input (is it a vLLM "
+                 "log or /metrics page?).", "")
+    elif absent:
         out.items("Not judged (the input lacks their signals; --format json says which):", [f.rule_id for f in absent])
 
 

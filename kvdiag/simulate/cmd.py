@@ -114,36 +114,92 @@ def _blocks_from_memory(gib: float, model_config: str, block_size: int, kv_cache
     return cap.num_gpu_blocks_from_kv_memory(gib * cap.GIB, block_size * bpt)
 
 
-def rank_key(row: dict) -> tuple:
-    """Order of preference among simulated settings: fewest preemptions, then the shortest p95 queue time, then
-    the fewest requests left unfinished, then the fewest waiting on average."""
+OBJECTIVES = ("balanced", "preemptions", "queue", "throughput")
+"""``--objective``: balanced (default) = no preemption and no worse p95 queue time and throughput than the setting
+as run (the first row without one), then the shortest p95 queue; preemptions = fewest preemptions first; queue =
+shortest p95 queue time first; throughput = most generated tokens per second first."""
+OBJECTIVE_TEXT = {
+    "balanced": "no preemption, and p95 queue time and throughput no worse than {ref}; among those the shortest p95 "
+                "queue time, then the highest throughput",
+    "preemptions": "fewest preemptions, then the shortest p95 queue time, then fewest unfinished requests, then the "
+                   "fewest waiting on average",
+    "queue": "shortest p95 queue time, then the highest throughput, then fewest preemptions",
+    "throughput": "highest throughput (generated tokens per simulated second), then the shortest p95 queue time",
+}
+THROUGHPUT_TOLERANCE = 0.01
+"""balanced: a throughput within 1 % of the reference's counts as no worse (simulated step-time jitter)."""
+
+
+def throughput(row: dict) -> float | None:
+    """Generated tokens per simulated second of one run (None without simulated time)."""
+    secs = row.get("simulated_seconds") or 0.0
+    return row.get("generation_tokens", 0) / secs if secs > 0 else None
+
+
+def rank_key(row: dict, objective: str = "preemptions") -> tuple:
+    """Order of preference among simulated settings under ``objective`` (see :data:`OBJECTIVE_TEXT`; balanced ranks
+    the qualifying rows by queue time then throughput, :func:`recommend` applies its conditions)."""
     q = row.get("queue_time_p95_s")
-    return (row["preemptions"], math.inf if q is None else round(q, 3), row["requests_unfinished"],
-            round(row["num_requests_waiting_mean"], 3))
+    q = math.inf if q is None else round(q, 3)
+    tp = throughput(row) or 0.0
+    if objective == "queue" or objective == "balanced":
+        return (q, -round(tp, 3), row["preemptions"])
+    if objective == "throughput":
+        return (-round(tp, 3), q, row["preemptions"])
+    return (row["preemptions"], q, row["requests_unfinished"], round(row["num_requests_waiting_mean"], 3))
+
+
+def recommend(runs: list[dict], objective: str, ref: int) -> int | None:
+    """Index of the recommended run, or None when no run meets the balanced objective."""
+    if not runs:
+        return None
+    candidates = list(range(len(runs)))
+    if objective == "balanced":
+        base = runs[ref]
+        bq = base.get("queue_time_p95_s")
+        bt = throughput(base)
+
+        def meets(r: dict) -> bool:
+            q, t = r.get("queue_time_p95_s"), throughput(r)
+            return (r["preemptions"] == 0 and (bq is None or (q is not None and q <= bq + 1e-9))
+                    and (bt is None or (t is not None and t >= bt * (1 - THROUGHPUT_TOLERANCE))))
+        candidates = [i for i in candidates if meets(runs[i])]
+        if not candidates:
+            return None
+    return min(candidates, key=lambda i: rank_key(runs[i], objective))
 
 
 def build_document(source: dict, runs: list[dict], cost: StepCost, duration: float | None,
-                   baseline: dict | None) -> dict:
+                   baseline: dict | None, objective: str = "balanced") -> dict:
     """The outcome document (``simulate.schema.json``): ``{"schema_version": 1, "kind": "kvdiag-simulate",
     "simulated": true, "source", "workload", "step_cost", "duration_s", "baseline_setting", "settings": [...],
-    "recommended", "notes"}``; every number is simulated (seconds, tokens, ratios 0-1)."""
-    best = min(range(len(runs)), key=lambda i: rank_key(runs[i])) if runs else None
+    "recommended", "objective", "notes"}``; every number is simulated (seconds, tokens, ratios 0-1)."""
+    ref = next((i for i, r in enumerate(runs) if baseline is not None and r["setting"] == baseline), 0)
+    for r in runs:
+        r["throughput_tokens_per_s"] = throughput(r)
+    best = recommend(runs, objective, ref)
     for i, r in enumerate(runs):
         r["baseline"] = baseline is not None and r["setting"] == baseline
         r["recommended"] = i == best
+    ref_text = "the setting as run" if baseline is not None and any(r["baseline"] for r in runs) else "the first row"
+    rule = OBJECTIVE_TEXT[objective].format(ref=ref_text)
+    notes = ["Simulated with kvdiag's model of vLLM V1's scheduler (validated against vLLM 0.33.0's own "
+             "scheduler: docs/simulate-validation.md); not a measurement.",
+             f"Recommended by --objective {objective}: {rule}."]
+    if best is None and runs:
+        notes.append(f"No setting meets --objective {objective} ({rule}); none is recommended. Choose by the table, "
+                     "or name another objective (preemptions, queue, throughput).")
     return {"schema_version": 1, "kind": "kvdiag-simulate", "simulated": True, "source": source,
             "step_cost": dataclasses.asdict(cost), "duration_s": duration, "baseline_setting": baseline,
-            "settings": runs, "recommended": None if best is None else runs[best]["setting"],
-            "notes": ["Simulated with kvdiag's model of vLLM V1's scheduler (validated against vLLM 0.33.0's own "
-                      "scheduler: docs/simulate-validation.md); not a measurement.",
-                      "Recommended: fewest preemptions, then the shortest p95 queue time, then fewest unfinished "
-                      "requests, then the fewest waiting on average."]}
+            "settings": runs, "recommended": None if best is None else runs[best]["setting"], "objective": objective,
+            "notes": notes}
 
 
 _COLS = [("preemptions", "preempt", "{:d}"), ("kv_cache_usage_peak", "usage peak", "{:.3f}"),
          ("kv_cache_usage_mean", "usage mean", "{:.3f}"), ("num_requests_waiting_mean", "wait mean", "{:.2f}"),
          ("num_requests_waiting_p95", "wait p95", "{:.0f}"), ("num_requests_waiting_max", "wait max", "{:d}"),
          ("queue_time_p50_s", "queue p50 s", "{:.2f}"), ("queue_time_p95_s", "queue p95 s", "{:.2f}"),
+         ("throughput_tokens_per_s", "tok/s", "{:.1f}"),
          ("prefix_cache_hit_rate", "hit rate", "{:.3f}"), ("requests_unfinished", "unfinished", "{:d}")]
 
 
@@ -201,8 +257,10 @@ def render_text(doc: dict) -> str:
     if doc["recommended"] is not None:
         best = next(r for r in runs if r["recommended"])
         q = best.get("queue_time_p95_s")
-        lines += ["", f"* recommended: {_setting_label(best['setting'], varied)}: {best['preemptions']} preemptions, "
-                  f"p95 queue {'-' if q is None else f'{q:.2f} s'}, simulated on this workload"]
+        tp = best.get("throughput_tokens_per_s")
+        lines += ["", f"* recommended ({doc.get('objective', 'balanced')}): {_setting_label(best['setting'], varied)}: "
+                  f"{best['preemptions']} preemptions, p95 queue {'-' if q is None else f'{q:.2f} s'}, "
+                  f"{'-' if tp is None else f'{tp:.1f}'} tokens/s, simulated on this workload"]
     lines += [""] + [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines) + "\n"
 
@@ -268,6 +326,9 @@ def render(doc: dict, fmt: str) -> str:
               metavar="N", help="Refuse a longer trace.")
 @click.option("--max-steps", default=20_000_000, show_default=True, type=click.IntRange(1, 10**9), metavar="N",
               help="Stop with an error past this many engine steps per setting.")
+@click.option("--objective", default="balanced", show_default=True, type=click.Choice(list(OBJECTIVES)),
+              help="What the recommendation optimises: balanced = no preemption and no worse p95 queue time and "
+                   "throughput than the setting as run; or preemptions, queue (p95 queue time), throughput.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text",
               show_default=True)
 @click.option("--output", default=None, type=click.Path(dir_okay=False, writable=True), metavar="FILE",
@@ -275,7 +336,7 @@ def render(doc: dict, fmt: str) -> str:
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory, model_config, kv_cache_dtype, block_size,
                  max_num_seqs, max_num_batched_tokens, prefix_caching, max_model_len, step_cost, duration,
-                 max_requests, max_steps, fmt, output, debug) -> None:
+                 max_requests, max_steps, objective, fmt, output, debug) -> None:
     """What-if: replay a workload under other settings (pool, block size, max_num_seqs, ...) with a model of vLLM
     V1's scheduler and block pool; one row per setting: preemptions, KV usage, waiting queue, queue time,
     prefix-cache hit rate. All numbers are simulated."""
@@ -391,7 +452,7 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
             raise InputError(f"setting {s.to_dict()}: {exc} (--max-steps): expected a window of traffic that the "
                              "engine can serve; shorten it with --duration or raise --max-steps") from None
         runs.append(res.to_dict())
-    doc = build_document(source, runs, cost, dur, base.to_dict() if base else None)
+    doc = build_document(source, runs, cost, dur, base.to_dict() if base else None, objective)
     doc["workload"] = summarize(reqs)
     text = render(doc, fmt)
     if output:
