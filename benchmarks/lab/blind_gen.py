@@ -155,6 +155,14 @@ def rate_for(target_slots: float, p_spec, o_spec, bs, mbt, cost, shared_tokens=0
     return lo
 
 
+def rates(frac_lo: float, S: int, ps, os_, bs, mbt, cost, cross: float = 0.55) -> tuple[float, float, float]:
+    """(rate at frac_lo of the pool, rate that fills it, the ramp's end rate so that a linear ramp from the first
+    crosses the second at `cross` of its length)"""
+    r_lo = rate_for(frac_lo * S, ps, os_, bs, mbt, cost)
+    r_full = rate_for(S, ps, os_, bs, mbt, cost)
+    return r_lo, r_full, r_lo + (r_full - r_lo) / cross
+
+
 # ---------------------------------------------------------------- scenario assembly
 TABLE: list[tuple[str, str, dict]] = []  # (name, intent comment, spec)
 NOT_ALL = ["capacity_pressure", "partial_block_waste", "prefix_cache_eviction"]
@@ -282,26 +290,26 @@ def fam_ramp_preempt() -> None:
         dep, blocks, _, mbt = deployment(model, gpu, bs, pool, pc=pc, mbt=mbt_opt, by_memory=(i % 3 == 1),
                                          mns=512)
         cost = dep["step_cost"]
-        cap = rate_for((blocks - 1) * bs, ps, os_, bs, mbt, cost)
+        r_lo, r_full, r_hi = rates(0.3, (blocks - 1) * bs, ps, os_, bs, mbt, cost, cross=pick([0.55, 0.6, 0.5], i))
         shape = i % 3
         dur = pick([600, 660, 720], i)
         if shape == 0:
-            ph = phases_linear(0.3 * cap, 1.6 * cap, dur)
-            what = "linear ramp from 30 % to 160 % of the pool's sustainable rate"
+            ph = phases_linear(r_lo, r_hi, dur)
+            what = "linear ramp from ~30 % usage, crossing the pool's capacity past mid-run"
         elif shape == 1:
-            lv = [0.3, 0.45, 0.6, 0.75, 0.9, 1.1, 1.35, 1.6]
-            ph = step_phases([x * cap for x in lv], dur / len(lv))
-            what = "stepwise ramp (8 steps, 30 % to 160 % of the sustainable rate)"
+            lv = [r_lo + (r_hi - r_lo) * k / 7 for k in range(8)]
+            ph = step_phases(lv, dur / len(lv))
+            what = "stepwise ramp (8 steps from ~30 % usage, crossing the pool's capacity past mid-run)"
         else:
             rng = random.Random(100 + i)
-            lv = [0.3, 0.5, 0.4, 0.65, 0.55, 0.2, 0.9, 1.2, 1.5, 1.7]
-            lv = [x * rng.uniform(0.9, 1.1) for x in lv]
-            ph = step_phases([x * cap for x in lv], dur / len(lv))
-            what = "noisy stepwise ramp with a lull in its second half, ending at 170 % of the sustainable rate"
+            lv = [0.0, 0.22, 0.12, 0.38, 0.3, -0.5, 0.62, 0.78, 0.9, 1.0]
+            lv = [max(0.3 * r_lo, (r_lo + (r_hi - r_lo) * x) * rng.uniform(0.9, 1.1)) for x in lv]
+            ph = step_phases(lv, dur / len(lv))
+            what = "noisy stepwise ramp with a lull in its second half, crossing the pool's capacity late"
         add(f"blr_ramp_{i:02d}", f"{what}; {model.split('/')[1]}, block {bs}, {blocks} blocks, "
             f"prefix caching {'on' if pc else 'off'}: the pool runs out late, recompute preemptions follow.",
             "blr_ramp", "capacity_pressure", dep, open_wl(ps, os_, ph), dur, 2700 + i, pick(SCRAPES_FAST, i),
-            ["preempt(0, 180) == 0", "preemptions >= 3", "usage_peak >= 0.99"])
+            ["preempt(0, 180) == 0", "preemptions >= 3", "usage_peak >= 0.99"])  # noqa
 
 
 def fam_mixlong() -> None:
@@ -315,18 +323,19 @@ def fam_mixlong() -> None:
         ps = pick([LN(600, 0.5, 50, 3000), U(100, 800), LN(1500, 0.4, 200, 5000)], i)
         pool = max(pick([40000, 70000, 30000, 100000], i), min_pool(ps, os_, 50))
         dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=512, by_memory=(i % 2 == 0))
-        cap = rate_for((blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"])
+        r_lo, r_full, r_hi = rates(0.35, (blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"])
         dur = 540
         if i % 2 == 0:
-            ph = phases_linear(0.4 * cap, 1.7 * cap, dur)
-            add(f"blm_mix_{i:02d}", f"80 % answers of {short} tokens + 20 % decodes of {long_}, rate ramping to 170 % "
-                f"of what the pool sustains: the long decodes fill the pool (occupancy high), preemptions.",
+            ph = phases_linear(r_lo, r_hi, dur)
+            add(f"blm_mix_{i:02d}", f"80 % answers of {short} tokens + 20 % decodes of {long_}, rate ramping past what "
+                f"the pool holds: the long decodes fill the pool (occupancy high), preemptions.",
                 "blm_mixlong", "capacity_pressure", dep, open_wl(ps, os_, ph), dur, 2800 + i, pick(SCRAPES_FAST, i + 1),
                 ["preemptions >= 3", "preempt(0, 120) == 0", "occupancy_all >= 0.6"])
         else:
-            ph = phases_linear(0.45 * cap, 0.45 * cap, dur)
-            add(f"blm_mix_{i:02d}", f"80 % answers of {short} tokens + 20 % decodes of {long_} at ~45 % of the "
-                f"sustainable rate: the pool holds, nothing queues at a full pool.",
+            r = rate_for(0.45 * (blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"])
+            ph = phases_linear(r, r, dur)
+            add(f"blm_mix_{i:02d}", f"80 % answers of {short} tokens + 20 % decodes of {long_} at a rate for ~45 % "
+                f"usage: the pool holds, nothing queues at a full pool.",
                 "blm_mixlong", "healthy", dep, open_wl(ps, os_, ph), dur, 2800 + i, pick(SCRAPES_ALL, i),
                 ["preemptions == 0", "usage_peak < 0.97"])
 
@@ -390,8 +399,8 @@ def fam_noisy_level() -> None:
             os_ = pick([LN(200, 0.7, 10, 1000), U(50, 400), LN(350, 0.5, 20, 1200)], i // 2)
             pool = max(pick([60000, 90000, 120000, 45000, 150000], i // 2), min_pool(ps, os_, 70))
             dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=512, by_memory=(i % 4 == 1))
-            cap = rate_for((blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"])
             level = pick([0.35, 0.45, 0.4, 0.5], i // 2)
+            cap = rate_for(level * (blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"]) / level
             rng = random.Random(3100 + i)
             seg = pick([30, 45, 60], i)
             nseg = int(dur // seg)
@@ -402,7 +411,7 @@ def fam_noisy_level() -> None:
                     x = level * 0.15  # a lull
                 lv.append(x * cap)
             ph = step_phases(lv, seg)
-            add(f"bln_level_{i:02d}", f"open-loop level at ~{int(level * 100)} % of the sustainable rate, the rate "
+            add(f"bln_level_{i:02d}", f"open-loop level at a rate for ~{int(level * 100)} % usage, the rate "
                 f"jumping +-30 % every {seg} s with lulls: a noisy level series with no trend.",
                 "bln_noisy_level", "healthy", dep, open_wl(ps, os_, ph), dur, 3000 + i, scrape,
                 ["preemptions == 0", "usage_peak < 0.97"], lookalike=True)
@@ -418,25 +427,26 @@ def fam_burst() -> None:
         os_ = pick([LN(250, 0.6, 10, 1200), U(100, 500)], i)
         pool = max(pick([50000, 80000, 35000, 110000], i), min_pool(ps, os_, 70))
         dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=512, by_memory=(i % 3 == 2))
-        cap = rate_for((blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"])
-        dur = 540
+        S = (blocks - 1) * bs
         over = i % 2 == 0
-        base = 0.3
-        peak = pick([2.5, 3.0, 2.2], i) if over else pick([0.6, 0.7], i)
+        r_base = rate_for(0.3 * S, ps, os_, bs, mbt, dep["step_cost"])
+        peak = pick([1.8, 2.2, 2.0], i) if over else pick([0.6, 0.7], i)
+        r_peak = peak * rate_for(S, ps, os_, bs, mbt, dep["step_cost"]) if over else rate_for(peak * S, ps, os_, bs, mbt, dep["step_cost"])
+        dur = 540
         blen = 75 if over else 30
         pts = []
         t = 0
         levels = []
         for k, (a, b) in enumerate([(0, 150), (150, 150 + blen), (150 + blen, 330), (330, 330 + blen),
                                     (330 + blen, dur)]):
-            levels.append({"start_s": a, "end_s": b, "rate_rps": r3(cap * (peak if k % 2 else base))})
+            levels.append({"start_s": a, "end_s": b, "rate_rps": r3(r_peak if k % 2 else r_base)})
         if over:
-            add(f"blb_burst_{i:02d}", f"two {blen} s bursts at {peak}x the sustainable rate on a 30 % base: the pool "
+            add(f"blb_burst_{i:02d}", f"two {blen} s bursts at {peak}x the rate that fills the pool, on a ~30 % base: the pool "
                 f"overflows in each burst (preemptions), then drains.",
                 "blb_burst", "capacity_pressure", dep, open_wl(ps, os_, levels), dur, 3200 + i,
-                pick(SCRAPES_FAST, i), ["preemptions >= 3", "preempt(0, 140) == 0"])
+                pick(SCRAPES_FAST, i), ["preemptions >= 3", "preempt(0, 120) == 0"])
         else:
-            add(f"blb_burst_{i:02d}", f"two {blen} s bursts at {peak}x the sustainable rate on a 30 % base: absorbed, "
+            add(f"blb_burst_{i:02d}", f"two {blen} s bursts at a rate for ~{int(peak * 100)} % usage on a ~30 % base: absorbed, "
                 f"usage spikes and falls back, no preemption.",
                 "blb_burst", "healthy", dep, open_wl(ps, os_, levels), dur, 3200 + i, pick(SCRAPES_ALL, i),
                 ["preemptions == 0", "usage_peak < 0.97"], lookalike=True)
@@ -452,19 +462,21 @@ def fam_diurnal() -> None:
         os_ = pick([LN(300, 0.7, 10, 1500), U(80, 600)], i)
         pool = max(pick([60000, 40000, 90000, 70000], i), min_pool(ps, os_, 70))
         dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=512, by_memory=(i % 2 == 1))
-        cap = rate_for((blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"])
+        S = (blocks - 1) * bs
         dur = 720
         over = i % 2 == 0
         pk = pick([1.6, 1.9], i) if over else pick([0.55, 0.65], i)
-        pts = [(0, 0.15), (120, 0.25), (300, pk * 0.8), (400, pk), (500, pk * 0.8), (620, 0.25), (720, 0.15)]
-        ph = lin_phases([(t, r * cap) for t, r in pts])
+        r_n = rate_for(0.12 * S, ps, os_, bs, mbt, dep["step_cost"])
+        r_pk = pk * rate_for(S, ps, os_, bs, mbt, dep["step_cost"]) if over else rate_for(pk * S, ps, os_, bs, mbt, dep["step_cost"])
+        pts = [(0, r_n), (120, 1.6 * r_n), (300, 0.8 * r_pk), (400, r_pk), (500, 0.8 * r_pk), (620, 1.6 * r_n), (720, r_n)]
+        ph = lin_phases(pts)
         if over:
             add(f"bld_diurnal_{i:02d}", f"a compressed day: night, morning climb, a midday peak at {pk}x the "
-                f"sustainable rate (pool full, preemptions), evening fall.",
+                f"rate that fills the pool (pool full, preemptions), evening fall.",
                 "bld_diurnal", "capacity_pressure", dep, open_wl(ps, os_, ph), dur, 3300 + i, pick(SCRAPES_FAST, i),
                 ["preemptions >= 3", "preempt(0, 200) == 0", "preempt(640, 720) == 0"])
         else:
-            add(f"bld_diurnal_{i:02d}", f"a compressed day peaking at {pk}x the sustainable rate: usage rises and "
+            add(f"bld_diurnal_{i:02d}", f"a compressed day peaking at a rate for ~{int(pk * 100)} % usage: usage rises and "
                 f"falls, never near the pool.",
                 "bld_diurnal", "healthy", dep, open_wl(ps, os_, ph), dur, 3300 + i, pick(SCRAPES_ALL, i + 3),
                 ["preemptions == 0", "usage_peak < 0.97"], lookalike=True)
@@ -481,19 +493,19 @@ def fam_waste() -> None:
         if not shared:
             bs = pick([256, 128, 256, 128], i // 2)
             if bs == 256:
-                ps, os_ = U(10, 50), U(80, 180)
+                ps, os_ = U(5, 30), U(40, 270)
             else:
-                ps, os_ = U(5, 25), U(30, 90)
+                ps, os_ = U(5, 20), U(20, 130)
             prefixes, unique = None, None
             pfx = 0
         else:
             bs = pick([64, 128, 256, 64], i // 2)
             pfx = {64: 256, 128: 512, 256: 1024}[bs]
-            unique = {64: U(4, 16), 128: U(5, 30), 256: U(10, 40)}[bs]
-            os_ = {64: U(15, 40), 128: U(30, 85), 256: U(60, 180)}[bs]
+            unique = {64: U(2, 10), 128: U(4, 20), 256: U(5, 30)}[bs]
+            os_ = {64: U(8, 50), 128: U(15, 110), 256: U(30, 240)}[bs]
             prefixes = {"count": 1, "tokens": U(pfx, pfx), "zipf_s": 1.0, "share": 1.0}
             ps = unique
-        nblk = pick([90, 140, 200, 120], i // 2)
+        nblk = pick([50, 70, 90, 60], i // 2)
         dep, blocks, _, mbt = deployment(model, gpu, bs, nblk * bs, mns=1024, by_memory=False)
         # one block per request (plus the shared prefix): the pool's request capacity
         e_o, e_p, e_life, _ = moments(ps, os_, bs, mbt)
@@ -504,13 +516,13 @@ def fam_waste() -> None:
         cap = n_cap / (e_life * s)
         dur = pick([360, 420], i)
         if i % 4 < 2:
-            ph = phases_linear(1.4 * cap, 1.4 * cap, dur)
-            shape = "steady at 140 % of the block count's request capacity"
-            chk = ["preemptions >= 3"]
+            ph = phases_linear(1.12 * cap, 1.12 * cap, dur)
+            shape = "steady at 112 % of the block count's request capacity"
+            chk = ["preemptions >= 1", "usage_peak >= 0.99"]
         else:
-            ph = phases_linear(0.4 * cap, 1.8 * cap, dur)
-            shape = "ramping from 40 % to 180 % of the block count's request capacity"
-            chk = ["preemptions >= 3", "preempt(0, 90) == 0"]
+            ph = phases_linear(0.4 * cap, 1.3 * cap, dur)
+            shape = "ramping from 40 % to 130 % of the block count's request capacity"
+            chk = ["preemptions >= 1", "usage_peak >= 0.99", "preempt(0, 60) == 0"]
         wl = open_wl(ps, os_, ph, prefixes=prefixes, unique=unique) if shared else open_wl(ps, os_, ph)
         what = (f"one {pfx}-token system prompt stored once + a {unique['min']}-{unique['max']} token question"
                 if shared else f"prompts of {ps['min']}-{ps['max']} tokens, no shared prefix")
@@ -559,15 +571,19 @@ def fam_evict() -> None:
         gpu = pick(GPU_IDS, i + 3)
         bs = pick([16, 32, 16, 64, 16, 128], i)
         pre, uq, os_, what = prefix_spec(kind, i)
-        ws = pre["count"] * mean_len(pre["tokens"])
+        d_mean = mean_len(pre["tokens"])
         frac = pick([0.2, 0.3, 0.25, 0.35], i)
-        pool = int(ws * frac)
-        pool = max(pool, 16000)
+        pool = max(int(pre["count"] * d_mean * frac), int(30 * (d_mean + mean_len(uq) + mean_len(os_))))
+        if pre["count"] * d_mean * frac < pool:
+            old = pre["count"]
+            pre = dict(pre, count=int(math.ceil(pool / frac / d_mean)))
+            what = what.replace(f"{old} ", f"{pre['count']} ", 1)
+        ws = pre["count"] * d_mean
         dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=256, by_memory=(i % 3 == 0))
         full_p = {"dist": "uniform", "min": int(mean_len(pre["tokens"]) + uq["min"]),
                   "max": int(mean_len(pre["tokens"]) + uq["max"])}
-        cap = rate_for((blocks - 1) * bs, full_p, os_, bs, mbt, dep["step_cost"])
-        target = pick([0.35, 0.45, 0.3], i)
+        target = pick([0.3, 0.4, 0.25], i)
+        cap = rate_for(target * (blocks - 1) * bs, full_p, os_, bs, mbt, dep["step_cost"]) / target
         dur = 600
         if i % 3 == 2:
             ph = phases_linear(target * cap / 5, target * cap, dur)
@@ -602,10 +618,11 @@ def fam_share_ok() -> None:
         dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=256, by_memory=(i % 2 == 0))
         full_p = {"dist": "uniform", "min": int(mean_len(pre["tokens"]) + uq["min"]),
                   "max": int(mean_len(pre["tokens"]) + uq["max"])}
-        cap = rate_for((blocks - 1) * bs, full_p, os_, bs, mbt, dep["step_cost"])
+        S = (blocks - 1) * bs
         dur = 540
         h = dur // 2
-        ph = phases_linear(0.3 * cap, pick([0.3, 0.45], i) * cap, dur)
+        ph = phases_linear(rate_for(0.3 * S, full_p, os_, bs, mbt, dep["step_cost"]),
+                           rate_for(pick([0.3, 0.45], i) * S, full_p, os_, bs, mbt, dep["step_cost"]), dur)
         add(f"bls_share_{i:02d}", f"{what}; working set ~{int(ws)} tokens in a pool of {(blocks - 1) * bs}: the "
             f"prefixes stay cached, hits hold.",
             "bls_share_ok", "healthy", dep, open_wl(None, os_, ph, prefixes=pre, unique=uq), dur, 3600 + i,
@@ -627,8 +644,9 @@ def fam_noshare() -> None:
             os_ = pick([LN(250, 0.7, 5, 1200), U(50, 500)], i)
             pool = max(pick([40000, 60000, 25000, 80000], i), min_pool(ps, os_, 50))
             dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=256, by_memory=(i % 2 == 1))
-            cap = rate_for((blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"])
-            ph = phases_linear(0.5 * cap, pick([0.5, 0.6, 0.4], i) * cap, dur)
+            S = (blocks - 1) * bs
+            ph = phases_linear(rate_for(0.45 * S, ps, os_, bs, mbt, dep["step_cost"]),
+                               rate_for(pick([0.45, 0.55, 0.35], i) * S, ps, os_, bs, mbt, dep["step_cost"]), dur)
             add(f"blu_noshare_{i:02d}", "no request shares a prefix; the freed blocks are recycled from the prefix "
                 "cache all the time (many evictions, hit rate ~0) but no reuse is lost.",
                 "blu_noshare", "healthy", dep, open_wl(ps, os_, ph), dur, 3700 + i, pick(SCRAPES_ALL, i + 2),
@@ -641,9 +659,11 @@ def fam_noshare() -> None:
             pool = pick([120000, 200000, 150000], i)
             dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=256, by_memory=False)
             full_p = U(1300, 1700)
-            cap = rate_for((blocks - 1) * bs, full_p, os_, bs, mbt, dep["step_cost"])
-            ph = [{"start_s": 0, "end_s": 240, "rate_rps": r3(0.15 * cap)},
-                  {"start_s": 240, "end_s": dur, "rate_rps": r3(0.15 * cap), "rate_end_rps": r3(0.45 * cap),
+            S = (blocks - 1) * bs
+            r1 = rate_for(0.12 * S, full_p, os_, bs, mbt, dep["step_cost"])
+            r2 = rate_for(0.45 * S, full_p, os_, bs, mbt, dep["step_cost"])
+            ph = [{"start_s": 0, "end_s": 240, "rate_rps": r3(r1)},
+                  {"start_s": 240, "end_s": dur, "rate_rps": r3(r1), "rate_end_rps": r3(r2),
                    "prefix_share": 0.15}]
             wl = open_wl(None, os_, ph, prefixes=pre, unique=uq)
             wl["unprefixed_tokens"] = LN(1200, 0.5, 100, 5000)
@@ -744,10 +764,11 @@ def fam_recompute() -> None:
         pc = i % 2 == 0
         dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=256, pc=pc, by_memory=(i % 4 == 1),
                                          max_len=16384)
-        cap = rate_for((blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"])
+        S = (blocks - 1) * bs
         dur = 480
-        ph = [{"start_s": 0, "end_s": 60, "rate_rps": r3(0.5 * cap)},
-              {"start_s": 60, "end_s": dur, "rate_rps": r3(pick([1.5, 1.8, 1.3], i) * cap)}]
+        ph = [{"start_s": 0, "end_s": 60, "rate_rps": r3(rate_for(0.4 * S, ps, os_, bs, mbt, dep["step_cost"]))},
+              {"start_s": 60, "end_s": dur,
+               "rate_rps": r3(pick([1.5, 1.8, 1.3], i) * rate_for(S, ps, os_, bs, mbt, dep["step_cost"]))}]
         add(f"blc_recompute_{i:02d}", f"steady overload with long prompts (prefix caching {'on' if pc else 'off'}): "
             f"repeated recompute preemptions, a measurable share of the computed tokens computed twice.",
             "blc_recompute", "capacity_pressure", dep, open_wl(ps, os_, ph), dur, 4100 + i, pick(SCRAPES_FAST, i + 2),
