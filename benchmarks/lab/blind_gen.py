@@ -364,7 +364,8 @@ def fam_plateau() -> None:
         pool = closed_pool(n, ps, os_, bs, bound)
         ramp_s = pick([20, 120, 240, 60, 300, 180, 30], i)
         think = pick([0.0, 0.0, 0.5, 0.0, 1.0], i)
-        dep, blocks, mns, mbt = deployment(model, gpu, bs, pool, mns=max(64, n * 2), by_memory=(i % 3 == 0))
+        dep, blocks, mns, mbt = deployment(model, gpu, bs, pool, mns=max(64, n * 2), by_memory=(i % 3 == 0),
+                                           pc=(i % 5 != 4))
         dur = pick([540, 600, 480], i)
         t_lvl = int(ramp_s + 60)
         add(f"blp_plateau_{i:02d}", f"{n} closed-loop clients joining over {int(ramp_s)} s, prompts {p0}-"
@@ -389,7 +390,8 @@ def fam_noisy_level() -> None:
             os_ = pick([LN(250, 0.8, 5, 1200), U(20, 900), MIX(30, 700)], i // 2)
             pool = closed_pool(n, ps, os_, bs, 0.95)
             think = pick([0.0, 2.0, 0.5, 5.0], i // 2)
-            dep, blocks, _, _ = deployment(model, gpu, bs, pool, mns=max(64, 2 * n), by_memory=(i % 4 == 0))
+            dep, blocks, _, _ = deployment(model, gpu, bs, pool, mns=max(64, 2 * n), by_memory=(i % 4 == 0),
+                                           pc=(i % 6 != 2))
             add(f"bln_level_{i:02d}", f"{n} closed-loop clients with widely spread prompt and answer lengths "
                 f"(think {think} s): a noisy level well under the pool, bounded by construction.",
                 "bln_noisy_level", "healthy", dep, closed_wl(ps, os_, n, 20, think), dur, 3000 + i, scrape,
@@ -691,7 +693,7 @@ def fam_seqcap() -> None:
             ps, os_ = pick([LN(1000, 0.6, 50, 4000), U(200, 2000)], i), pick([LN(200, 0.6, 10, 900), U(50, 400)], i)
             bound = pick([0.6, 0.75], i)
         pool = closed_pool(m, ps, os_, bs, bound)
-        dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=m, by_memory=(i % 2 == 0))
+        dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=m, by_memory=(i % 2 == 0), pc=(i % 4 != 1))
         cost = dep["step_cost"]
         e_o, e_p, e_life, _ = moments(ps, os_, bs, mbt)
         ctx = m * (e_p + e_o / 2)
