@@ -520,16 +520,17 @@ def fam_waste() -> None:
         if i % 4 < 2:
             ph = phases_linear(1.12 * cap, 1.12 * cap, dur)
             shape = "steady at 112 % of the block count's request capacity"
-            chk = ["preemptions >= 1", "usage_peak >= 0.99"]
+            chk = ["usage_mean(120, 300) >= 0.97", "waiting_max(120, 300) >= 5"]
         else:
             ph = phases_linear(0.4 * cap, 1.3 * cap, dur)
             shape = "ramping from 40 % to 130 % of the block count's request capacity"
-            chk = ["preemptions >= 1", "usage_peak >= 0.99", "preempt(0, 60) == 0"]
+            chk = ["usage_max(240, 360) >= 0.99", "waiting_max(240, 360) >= 5", "preempt(0, 60) == 0"]
         wl = open_wl(ps, os_, ph, prefixes=prefixes, unique=unique) if shared else open_wl(ps, os_, ph)
         what = (f"one {pfx}-token system prompt stored once + a {unique['min']}-{unique['max']} token question"
                 if shared else f"prompts of {ps['min']}-{ps['max']} tokens, no shared prefix")
         add(f"blw_waste_{i:02d}", f"block {bs}, {blocks} blocks, {what}, answers {os_['min']}-{os_['max']}; {shape}: "
-            f"blocks run out while tokens fill under half of their slots.",
+            f"blocks run out (a queue at a full pool; preemptions where a request outgrows its block) while "
+            f"tokens fill under half of their slots.",
             "blw_waste", "partial_block_waste", dep, wl, dur, 3400 + i, pick(SCRAPES_FAST, i + 4),
             chk + ["occupancy_all < 0.45"])
 
