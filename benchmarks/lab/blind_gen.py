@@ -399,22 +399,22 @@ def fam_noisy_level() -> None:
         else:
             ps = pick([LN(1000, 0.6, 50, 4000), U(300, 2000), LN(2000, 0.4, 200, 5000)], i // 2)
             os_ = pick([LN(200, 0.7, 10, 1000), U(50, 400), LN(350, 0.5, 20, 1200)], i // 2)
-            pool = max(pick([60000, 90000, 120000, 45000, 150000], i // 2), min_pool(ps, os_, 70))
+            pool = max(pick([60000, 90000, 120000, 45000, 150000], i // 2), min_pool(ps, os_, 120))
             dep, blocks, _, mbt = deployment(model, gpu, bs, pool, mns=512, by_memory=(i % 4 == 1))
-            level = pick([0.35, 0.45, 0.4, 0.5], i // 2)
+            level = pick([0.25, 0.3, 0.28, 0.33], i // 2)
             cap = rate_for(level * (blocks - 1) * bs, ps, os_, bs, mbt, dep["step_cost"]) / level
             rng = random.Random(3100 + i)
             seg = pick([30, 45, 60], i)
             nseg = int(dur // seg)
             lv = []
             for k in range(nseg):
-                x = level * rng.uniform(0.7, 1.3)
+                x = level * rng.uniform(0.75, 1.25)
                 if rng.random() < 0.12:
                     x = level * 0.15  # a lull
                 lv.append(x * cap)
             ph = step_phases(lv, seg)
             add(f"bln_level_{i:02d}", f"open-loop level at a rate for ~{int(level * 100)} % usage, the rate "
-                f"jumping +-30 % every {seg} s with lulls: a noisy level series with no trend.",
+                f"jumping +-25 % every {seg} s with lulls: a noisy level series with no trend.",
                 "bln_noisy_level", "healthy", dep, open_wl(ps, os_, ph), dur, 3000 + i, scrape,
                 ["preemptions == 0", "usage_peak < 0.97"], lookalike=True)
 
