@@ -7,8 +7,9 @@ Damage kinds (:data:`KINDS`), each drawn per entry from ``random.Random(SEED + k
 
 * ``char_changed``: one letter of the template's literal text replaced by another letter;
 * ``char_dropped``: one character of the literal text (letter, blank or punctuation) removed;
-* ``cut_end``: the line cut at a random point 35-95 % into the message (no ``…``);
-* ``cut_start``: the header and a random 5-50 % of the message's start removed;
+* ``cut_end``: the line cut at a random point 35-95 % into the message (no ``…``), keeping at least :data:`KEEP`
+  characters of the message;
+* ``cut_start``: the header and a random 5-50 % of the message's start removed, leaving at least :data:`KEEP`;
 * ``wrap``: the headed line wrapped at a random column 40-200 (hard cut or at word boundaries, drawn), the header
   on the first piece only;
 * ``exception_wrap``: ``ExceptionName: message`` with no header (the last line of a traceback) wrapped at a random
@@ -47,6 +48,7 @@ from kvdiag.collect.logs import read_logs  # noqa: E402
 SEED = "kvdiag-issue24-mutation:"
 KINDS = ["char_changed", "char_dropped", "cut_end", "cut_start", "wrap", "exception_wrap", "envelope"]
 TARGET = 0.95
+KEEP = 30  # a cut leaves at least this many characters of the message (a shorter stub names no message to anyone)
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -106,11 +108,11 @@ def damage(entry: dict, kind: str) -> tuple[list[str], set[int] | None] | None:
             text = text[:k] + text[k + 1:]
         return [header + text], None
     if kind == "cut_end":
-        cut = int(len(text) * rng.uniform(0.35, 0.95))
+        cut = max(int(len(text) * rng.uniform(0.35, 0.95)), min(len(text), pre_len + KEEP))
         keep = {ph for a, b, ph in spans if ph is not None and b < cut}
         return [header + text[:cut]], keep
     if kind == "cut_start":
-        cut = int(len(text) * rng.uniform(0.05, 0.5))
+        cut = min(int(len(text) * rng.uniform(0.05, 0.5)), max(0, len(text) - KEEP))
         keep = {ph for a, b, ph in spans if ph is not None and a > cut}
         return [text[cut:]], keep
     if kind == "wrap":

@@ -279,6 +279,9 @@ class LogCollector:
         self.needles = prefilter_needles()
         self._line_signals: set[str] = set()  # signals added while the current line is dispatched
         self._bad_number_notes: list[str] = []  # notes for lines skipped for a malformed number, this file
+        self._phrase_misses: set[str] = set()  # wordings (digits as 0) phrase matching found nothing in
+        self._phrase_hits = 0                  # lines read by their phrases (not an exact catalogued wording), this file
+        self._phrase_examples: list[str] = []
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, path: str, progress: Callable[[int, int | None], None] | None = None) -> InputInfo:
@@ -324,6 +327,12 @@ class LogCollector:
         if reader.binary_lines and info.observations == 0 and reader.binary_lines * 10 >= reader.lines * 9:
             raise InputError(f"{path}:1: binary data, expected text log lines")
         self._unseen_notes(info)
+        if self._phrase_hits:
+            info.notes.append(f"{self._phrase_hits} line(s) read by their phrases, not by the exact wording of a "
+                              "catalogued vLLM release (a damaged paste, a nightly or a fork): "
+                              + "; ".join(self._phrase_examples))
+            self._phrase_hits = 0
+            self._phrase_examples = []
         if reader.paste:
             info.notes.append("pasted text (" + reader.paste + "): lines re-joined before matching")
         if reader.truncated:
@@ -510,10 +519,20 @@ class LogCollector:
                     return
                 understood = True
                 stats = stats or event[0] == "stats"
+        catalogued = False
         if _catalog_needle_in(msg):
             try:
-                understood = self._catalog(line, stats) or understood
+                catalogued = self._catalog(line, stats)
+                understood = catalogued or understood
             except (ValueError, OverflowError) as e:  # a catalogue number out of its domain: skip the line
+                self.bundle.discard_from(mark)
+                self._bad_number(line, None, e)
+                self._close_tb = False
+                return
+        if not catalogued and not stats and line.lineno != self._last_frame_line + 1 and not _SHELL.match(msg):
+            try:
+                understood = self._phrases(line) or understood
+            except (ValueError, OverflowError) as e:
                 self.bundle.discard_from(mark)
                 self._bad_number(line, None, e)
                 self._close_tb = False
@@ -564,6 +583,31 @@ class LogCollector:
         for k, (signal, value, text) in enumerate(catalog.observations(*hit)):
             if k == 0 or (not stats and signal in SIGNALS and signal not in done):
                 self._add(signal, value, line, text=text)
+        return True
+
+    def _phrases(self, line: Line) -> bool:
+        """A line neither the events nor an exact catalogue wording read: matched by the fixed phrases of a catalogued
+        template in order (:meth:`kvdiag.catalog.Catalog.match_phrases`), tolerant of a changed or missing character,
+        GB/GiB, a cut start or end, a wording of a version or nightly the catalogue lacks. A hit adds what an exact
+        hit adds (the event, its marker, the numbers whose labels matched) and is counted for a note. Lines that
+        matched nothing are remembered by their wording without digits (bounded), so a repeated line is tried once."""
+        key = _DIGITS.sub("0", line.msg[:512])
+        if key in self._phrase_misses:
+            return False
+        hit = catalog.load().match_phrases(line.msg, level=line.level)
+        if hit is None:
+            if len(self._phrase_misses) < 4096:
+                self._phrase_misses.add(key)
+            return False
+        self._phrase_hits += 1
+        if len(self._phrase_examples) < 3:
+            e = hit[0]
+            self._phrase_examples.append(f"line {line.lineno} as {e['event']} ({e['id']}, vLLM "
+                                         f"{', '.join(e['versions'])})")
+        done = set(self._line_signals)
+        for k, (signal, value, text) in enumerate(catalog.observations(*hit)):
+            if k == 0 or (signal in SIGNALS and signal not in done):
+                self._add(signal, value, line, text=text, note="read by its phrases" if k == 0 else "")
         return True
 
     def _identity_note(self) -> str:
@@ -1300,6 +1344,9 @@ def _long_context(c: LogCollector, m: re.Match, line: Line) -> None:
     or result in low performance due to small KV cache size. Consider setting --max-model-len to a smaller value.'
     (``engine/arg_utils.py`` 0.6-0.8, printed 'causeOOM' in 0.8.5): L is the max_model_len in use."""
     c._add("max_model_len", float(m.group(1)), line)
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 # a traceback's source line ('    except torch.OutOfMemoryError as e:'), never an exception line
