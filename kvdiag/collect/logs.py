@@ -279,6 +279,10 @@ class LogCollector:
         self.needles = prefilter_needles()
         self._line_signals: set[str] = set()  # signals added while the current line is dispatched
         self._bad_number_notes: list[str] = []  # notes for lines skipped for a malformed number, this file
+        self._pids: dict[str, list] = {}     # API-server pid -> [first line, bundle seq then, last line], this file
+        self._run_forms: set[str] = set()     # version-line forms seen in the current server run
+        self._run_served = False              # the current run printed stats lines (it served)
+        self._line_seq = 0                    # the bundle's next seq when the current line began
         self._phrase_misses: set[str] = set()  # wordings (digits as 0) phrase matching found nothing in
         self._phrase_hits = 0                  # lines read by their phrases (not an exact catalogued wording), this file
         self._phrase_examples: list[str] = []
@@ -318,6 +322,7 @@ class LogCollector:
                 self._record(lineno, lines, reader.container)
             self._flush_stats()
             self._close_open_tracebacks()
+        self._pid_runs()
         info.records = reader.lines
         if info.records == 0:
             raise InputError(f"{path}: empty file, expected vLLM log lines")
@@ -432,6 +437,14 @@ class LogCollector:
         if m:
             proc = m.group("proc")
             text = text[m.end():]
+            if proc.startswith(("APIServer pid=", "MainProcess pid=")):
+                got = self._pids.get(proc)
+                if got is None:
+                    if self._pids:
+                        self._flush_stats()  # the buffered stats line belongs to the run before this pid
+                    self._pids[proc] = [lineno, self.bundle._seq, lineno]
+                else:
+                    got[2] = lineno
         m = RANK_TAG.match(text)
         if m:
             proc = proc or f"rank{m.group(1)}"
@@ -492,8 +505,48 @@ class LogCollector:
         self._seen_startup = True
         self._after_startup_events.add(why)
 
+    def _new_run(self, line: Line, why: str) -> None:
+        """A new server run begins at ``line`` (a banner, or start-up lines after the last run served): the bundle's
+        ``log_runs`` gets ``{"start_seq", "file", "line", "why"}``; observations from here on belong to it."""
+        runs = self.bundle.__dict__.setdefault("log_runs", [])
+        if not runs:
+            runs.append({"start_seq": 0, "file": self._name, "line": 1, "why": "the log's start"})
+        if self._line_seq == self.bundle._seq:
+            self._flush_stats()  # a buffered stats line belongs to the run before
+            self._line_seq = self.bundle._seq
+        runs.append({"start_seq": self._line_seq, "file": self._name, "line": line.lineno, "why": why})
+        self._run_forms.clear()
+        self._run_served = False
+
+    def _pid_runs(self) -> None:
+        """Runs told apart by the API server's process id (end of a file): a pid first seen after every earlier pid was
+        last seen is a new server (a restart with no banner in the paste); pids that interleave are one server's
+        API processes (``--api-server-count``), never a new run."""
+        pids = sorted(self._pids.values())
+        self._pids = {}
+        runs = self.bundle.__dict__.setdefault("log_runs", [])
+        last = -1
+        for k, (first, seq, end) in enumerate(pids):
+            if k and first > last and not any(r["file"] == self._name and abs(r["line"] - first) <= 50 for r in runs):
+                if not runs:
+                    runs.append({"start_seq": 0, "file": self._name, "line": 1, "why": "the log's start"})
+                runs.append({"start_seq": seq, "file": self._name, "line": first,
+                             "why": "a new API-server process id"})
+            last = max(last, end)
+        runs.sort(key=lambda r: r["start_seq"])
+
+    def _run_marker(self, line: Line, form: str) -> None:
+        """A start-up line of kind ``form`` (``banner``, ``engine``, ``weights``, ``load``): a new run when the current
+        one already served, or already printed this kind of version line (a second start)."""
+        if self._run_served or (form in ("banner", "engine") and form in self._run_forms):
+            what = {"banner": "a new 'vLLM API server version' banner", "engine": "a new engine start line",
+                    "weights": "weights loaded again after serving", "load": "a model load after serving"}[form]
+            self._new_run(line, what)
+        self._run_forms.add(form)
+
     def _dispatch(self, line: Line) -> None:
         msg = line.msg
+        self._line_seq = self.bundle._seq
         key = line.proc or "main"
         if ", line " in msg:
             fm = FRAME.search(msg)
@@ -773,6 +826,7 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
     if engine:
         c._engines.add(engine)
     c._step.clear()  # serving: no start-up phase marker applies any more
+    c._run_served = True
     pending = c._stats_pending
     if pending and (pending[0][0].t != line.t or not engine or engine in c._pending_engines):
         c._flush_stats()
@@ -799,6 +853,7 @@ def _preempt(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _weights(c: LogCollector, m: re.Match, line: Line) -> None:
     """W1 'Loading model weights took X GB' (GiB despite the name) / W2, W3 'Model loading took X GiB'."""
+    c._run_marker(line, "weights")
     c._new_segment(line, "weights")
     _set_step(c, line, "")
     msg = line.msg
@@ -1076,6 +1131,7 @@ def _oom_old(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _version(c: LogCollector, m: re.Match, line: Line) -> None:
     """Version banner (0.33 'version 0.33.0'), 'vLLM API server version X', 'Initializing a V0 LLM engine (vX)'."""
+    c._run_marker(line, "engine" if "LLM engine" in m.group(0) else "banner")
     c.version = _bounded(m.group(1))
     c._add("vllm_version", None, line, text=c.version)
     mm = re.search(r"Initializing an? (V[01]) LLM engine", line.msg)
@@ -1486,6 +1542,8 @@ def _step_load(c: LogCollector, m: re.Match, line: Line) -> None:
     ``v1/worker/gpu_model_runner.py`` 0.6.6-0.33) or a checkpoint progress bar ('Loading safetensors checkpoint
     shards: 40% …', 'Loading pt checkpoint shards', 'Multi-thread loading shards', ``model_executor/model_loader/
     weight_utils.py`` 0.4-0.33). An OOM before the weights-loaded line is a loading OOM."""
+    if m.group(1):
+        c._run_marker(line, "load")
     _set_step(c, line, "load")
     if m.group(1):
         _model_name(c, line, m.group(1))
