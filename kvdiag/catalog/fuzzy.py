@@ -40,8 +40,13 @@ SKIP_T = 1.5           # a template word the message lacks
 SKIP_M = 1.0           # a message token the template lacks (outside a free-text placeholder)
 
 
+_URL = re.compile(r"https?://\S+")
+
+
 def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text)
+    """Word and number tokens of ``text``; web addresses left out (a documentation link ends many messages: a
+    pasted piece holding only the link names no message)."""
+    return _TOKEN.findall(_URL.sub(" ", text) if "://" in text else text)
 
 
 def _close(a: str, b: str) -> int:
