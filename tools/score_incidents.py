@@ -95,7 +95,12 @@ def select(paths: list[Path], held_out: bool) -> tuple[list[Path], int, str]:
                     left += 1
         else:
             return [], 0, f"{p}: not a case folder (no expected.yaml) nor a directory of cases"
-    return list(dict.fromkeys(out)), left, ""
+    # one case once: the same case folder name in several checkouts (each worktree carries the bundled cases) is
+    # the first one given
+    seen: dict[str, Path] = {}
+    for c in out:
+        seen.setdefault(c.name, c)
+    return list(seen.values()), left, ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -576,11 +576,23 @@ class LogCollector:
         self._line_seq = self.bundle._seq
         key = line.proc or "main"
         if ", line " in msg:
-            fm = FRAME.search(msg)
-            if fm:
-                self._frames.setdefault(key, []).append((fm.group("path"), fm.group("func")))
+            fms = list(FRAME.finditer(msg[:MAX_FRAME_LINE]))
+            if fms:
+                frames = self._frames.setdefault(key, [])
+                frames.extend((fm.group("path"), fm.group("func")) for fm in fms)
                 self._frames_line[key] = line.lineno
                 self._last_frame_line = line.lineno
+                tail = msg[fms[-1].end():]
+                if tail.strip():
+                    # a traceback a paste folded into one line ('File "…", line 381, in determine_available_memory
+                    # x = self.model_runner.profile_cudagraph_memory() ... torch.OutOfMemoryError: …'): the source
+                    # text's call is the next frame, and the exception line is read as a line of its own
+                    call = _GLUED_CALL.match(tail)
+                    if call:
+                        frames.append(("", call.group(1)))
+                    ex = _GLUED_EXC.search(tail)
+                    if ex:
+                        self._dispatch(Line(line.lineno, line.t, line.proc, line.level, tail[ex.start(1):]))
                 return
         exc = EXC_LINE.match(msg) if ("Error" in msg or "Exception" in msg) else None
         understood = False
@@ -891,7 +903,12 @@ def _preempt(c: LogCollector, m: re.Match, line: Line) -> None:
     c._v0_preempted = True
     mm = _PREEMPT_COUNT.search(line.msg, m.end())
     if mm:
-        c._add("num_preemptions", float(mm.group(1)), line)
+        n = float(mm.group(1))
+        if n >= 1:
+            # the count printed includes this preemption (V0 logs num_cumulative_preemption + 1 before adding it,
+            # core/scheduler.py 0.4-0.10): the counter stood at n - 1 just before, so one warning is an increase
+            c._add("num_preemptions", n - 1, line)
+        c._add("num_preemptions", n, line)
 
 
 def _weights(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -1091,6 +1108,11 @@ def _w4(c: LogCollector, m: re.Match, line: Line) -> None:
 
 
 _WORKER_METHOD = re.compile(r"while processing method (\w+)")
+MAX_FRAME_LINE = 16384
+# the source text glued after a frame: its outermost call ('x = self.model_runner.profile_cudagraph_memory()')
+_GLUED_CALL = re.compile(r"\s+(?:[\w.\[\], ]+\s*=\s*)?(?:return\s+|await\s+)?(?:[\w\[\]]+\.)*(\w+)\(")
+# an exception line glued after a frame's source text
+_GLUED_EXC = re.compile(r"(?:^|[\s.:])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):\s)")
 _LOADED_IN_TEXT = re.compile(r"Model loading took ([\d.]+) ?GiB")
 
 
@@ -1677,7 +1699,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("mm_profile_warning", re.compile(r"is too short to hold the multi-modal embeddings in the worst case \((\d+) "
                                       r"tokens in total"), _mm_warning),
     ("mm_profile_run", re.compile(r"Starting profile run for multi-modal models"), _mm_run),
-    ("oom", re.compile(r"(?:CUDA out of memory\. )?Tried to allocate " + _SZ + r"\. GPU \d+ has a total capac?i?ty of "
+    ("oom", re.compile(r"(?:CUDA out of memory\. )?Tried to allocate " + _SZ + r"\. GPU (?:\d+ )?has a total capac?i?ty of "
                        + _SZ + r" of which " + _SZ + r" is free"), _oom),
     ("oom_old", re.compile(r"CUDA out of memory\. Tried to allocate " + _SZ + r" \(GPU \d+; " + _SZ +
                            r" total capacity; " + _SZ + r" already allocated; " + _SZ + r" free"), _oom_old),
@@ -1710,7 +1732,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
      _blocks_exhausted),
     ("long_context", re.compile(r"The model has a long context length \((\d+)\)\. This may ?cause ?OOM"), _long_context),
     ("oom_other_form", re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
-                                  r"Tried to allocate [\d.]+ ?(?:GiB|MiB|KiB|bytes|GB|MB)\. GPU \d+ has a total|"
+                                  r"Tried to allocate [\d.]+ ?(?:GiB|MiB|KiB|bytes|GB|MB)\. GPU (?:\d+ )?has a total|"
                                   r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|HIP out of memory"),
      _oom_other_form),
     ("cuda_error", re.compile(r"CUDA error: [A-Za-z][\w ,.()/-]*|CUBLAS_STATUS_(?!ALLOC_FAILED)[A-Z_]+|"
