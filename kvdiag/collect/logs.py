@@ -598,6 +598,7 @@ class LogCollector:
         understood = False
         self._line_signals.clear()
         stats = False
+        fired: set[str] = set()
         mark = len(self.bundle)
         for event in _events_for(msg):
             m = event[1].search(msg)
@@ -610,6 +611,7 @@ class LogCollector:
                     self._close_tb = False
                     return
                 understood = True
+                fired.add(event[0])
                 stats = stats or event[0] == "stats"
         catalogued = False
         if _catalog_needle_in(msg):
@@ -621,7 +623,9 @@ class LogCollector:
                 self._bad_number(line, None, e)
                 self._close_tb = False
                 return
-        if not catalogued and not stats and line.lineno != self._last_frame_line + 1 and not _SHELL.match(msg):
+        if (not catalogued and not stats and not (fired & _NO_PHRASES) and line.lineno != self._last_frame_line + 1
+                and (msg.count(" ") >= 4 or _anchor_in(msg) or _catalog_needle_in(msg))
+                and not _SHELL.match(msg)):
             try:
                 understood = self._phrases(line) or understood
             except (ValueError, OverflowError) as e:
@@ -1964,6 +1968,24 @@ def _catalog_needle_in(msg: str) -> bool:
     """Does ``msg`` hold a needle of the catalogue (a whole template's longest literal or a cut line's prefix)?
     Only then is :func:`kvdiag.catalog.match` worth calling."""
     return bool(_catalog_matcher().find_matches_as_indexes(msg[:catalog.MAX_MESSAGE]))
+
+
+# events whose lines are no catalogued memory message (banners, args, identity, write-ups): never phrase-matched
+_NO_PHRASES = {"version", "args", "architecture", "measure_pool", "measure_request", "measure_usage", "context_limit",
+               "v0_prefix_hit_rate", "stats_disabled"}
+
+
+@functools.lru_cache(maxsize=1)
+def _anchor_matcher() -> ahocorasick_rs.AhoCorasick:
+    return ahocorasick_rs.AhoCorasick(CATALOG_ANCHORS + ["memory", "Memory", "MEMORY", "OOM", "token", "max_seq",
+                                                         "allocat", "preempt", "Preempt"])
+
+
+def _anchor_in(msg: str) -> bool:
+    """Does ``msg`` hold a word most catalogued memory messages hold (:data:`CATALOG_ANCHORS`, memory, token, ...)?
+    Such a line, or one of five words or more, is worth a phrase match; a bare exception name (a cancelled request's
+    'asyncio.exceptions.CancelledError') is not."""
+    return bool(_anchor_matcher().find_matches_as_indexes(msg[:catalog.MAX_MESSAGE]))
 
 
 _RANGE = re.compile(r"\((\d+\.\d+)(?:-(\d+\.\d+)|\+)\)")
