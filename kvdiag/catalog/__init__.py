@@ -298,9 +298,10 @@ class Catalog:
                 return best_p[0], best_p[1]
         return full
 
-    def match_phrases(self, message: str, level: str = "") -> tuple[dict, dict[str, str]] | None:
+    def match_phrases(self, message: str, level: str = "", only: str | None = None) -> tuple[dict, dict[str, str]] | None:
         """The entry ``message`` reads as by its fixed phrases in order (:mod:`kvdiag.catalog.fuzzy`), when no exact
         wording matches: tolerant of a changed or missing character, GB/GiB, a reworded or cut end, a cut start.
+        ``only``: align with this entry id alone (the wording was read as it before).
         Returns ``(entry, {placeholder name: number text})`` (only numbers whose label matched) or ``None``."""
         from . import fuzzy
 
@@ -321,6 +322,8 @@ class Catalog:
             for i in ix:
                 acc[i] = acc.get(i, 0) + weight
         cands = sorted((i for i, a in acc.items() if a >= fuzzy.MIN_PICK), key=lambda i: (-acc[i], templates[i].chars))
+        if only is not None and only in self._index:
+            cands = [self._index[only]]
         best = None
         for i in cands[:fuzzy.CANDIDATES]:
             t = templates[i]

@@ -308,7 +308,8 @@ class LogCollector:
         self._v0_preempted = False            # a V0 preemption warning was seen in the current run
         self._line_seq = 0                    # the bundle's next seq when the current line began
         self._last_catalog_hit: tuple[str, int] = ("", -1)  # entry id and line of the last exact catalogue hit
-        self._phrase_misses: set[str] = set()  # wordings (digits as 0) phrase matching found nothing in
+        self._phrase_misses: set[str] = set()
+        self._phrase_hit_ids: dict[str, str] = {}  # wording (digits as 0) -> the entry it was read as  # wordings (digits as 0) phrase matching found nothing in
         self._phrase_hits = 0                  # lines read by their phrases (not an exact catalogued wording), this file
         self._phrase_examples: list[str] = []
 
@@ -691,7 +692,10 @@ class LogCollector:
         key = _DIGITS.sub("0", line.msg[:512])
         if key in self._phrase_misses:
             return False
-        hit = catalog.load().match_phrases(line.msg, level=line.level)
+        # a wording read before is aligned with the template it matched only (a repeated request error)
+        hit = catalog.load().match_phrases(line.msg, level=line.level, only=self._phrase_hit_ids.get(key))
+        if hit is not None and len(self._phrase_hit_ids) < 4096:
+            self._phrase_hit_ids[key] = hit[0]["id"]
         if hit is None:
             if len(self._phrase_misses) < 4096:
                 self._phrase_misses.add(key)
@@ -1971,7 +1975,7 @@ def _catalog_needle_in(msg: str) -> bool:
 
 
 # events whose lines are no catalogued memory message (banners, args, identity, write-ups): never phrase-matched
-_NO_PHRASES = {"version", "args", "architecture", "measure_pool", "measure_request", "measure_usage", "context_limit",
+_NO_PHRASES = {"version", "args", "architecture", "measure_pool", "measure_request", "measure_usage",
                "v0_prefix_hit_rate", "stats_disabled"}
 
 
