@@ -15,7 +15,9 @@ alignment (Smith-Waterman over tokens):
 
 A message is read as a template when the aligned stretch holds at least :data:`MIN_CHARS` characters of the
 template's literal words and 80 % of the literal characters of the stretch of the template it spans, and either
-covers 40 % of the template's literal text or matches :data:`MIN_LONG` characters (a long message cut short). A
+covers 40 % of the template's literal text, matches :data:`MIN_LONG` characters (a long message cut short), or is a
+cut (the stretch reaches the template's start and the message's end, or the template's end and the message's start)
+of three words or more. A
 number placeholder's value is kept only when the literal word before it (its label) matched — or, for a number
 opening the template, the word after it.
 
