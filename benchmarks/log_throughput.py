@@ -161,10 +161,12 @@ def _stamp(day: int, sec: int) -> str:
     return f"{month:02d}-{dom:02d} {sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
 
 
-def measure(cmd: list[str]) -> tuple[float, float, float, str]:
-    """Run ``cmd``; return (wall seconds, CPU seconds, peak RSS MiB of that process, stdout)."""
+def measure(cmd: list[str], root: str = ROOT) -> tuple[float, float, float, str]:
+    """Run ``cmd`` in ``root`` (whose kvdiag it imports); return (wall seconds, CPU seconds, peak RSS MiB of that
+    process, stdout)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+    env = dict(os.environ, PYTHONPATH=root)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root, env=env)
     out = proc.stdout.read()
     _, _status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
@@ -179,6 +181,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="reuse --path if it exists and keep it afterwards")
     ap.add_argument("--kind", choices=("vllm", "unrelated", "unseen", "stats"), default="vllm")
     ap.add_argument("--unseen-lines", type=int, default=1_000_000)
+    ap.add_argument("--baseline", default=None, metavar="DIR", help="another kvdiag tree (e.g. the commit before a "
+                    "change, unpacked with git archive): its collector is measured in the same run, interleaved with "
+                    "this tree's, and the ratios printed")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each collector with --baseline (best of)")
     args = ap.parse_args()
     path = args.path or os.path.join(tempfile.gettempdir(), f"kvdiag-bench-{args.kind}-{args.size_mb}mb.log")
     if not (args.keep and os.path.exists(path)):
@@ -198,6 +204,22 @@ def main() -> None:
                "import sys; from kvdiag.bundle import Bundle; from kvdiag.collect.logs import read_logs; "
                "b = Bundle(); i = read_logs(b, [sys.argv[1]], progress=False)[0]; "
                "print(i.records, len(b), len(b.signal('kv_cache_usage')), 'notes', len(i.notes))", path]
+    if args.baseline:
+        best: dict[str, list] = {"new": [], "old": []}
+        for _ in range(max(1, args.repeat)):  # interleaved, so a load change on the machine hits both alike
+            best["old"].append(measure(collect, os.path.abspath(args.baseline)))
+            best["new"].append(measure(collect))
+        print(f"file: {path}  {size / 2**20:,.0f} MiB  {lines:,} lines; collector, best of {max(1, args.repeat)}")
+        print(f"{'tree':6} {'CPU s':>7} {'MB/CPU-s':>9} {'peak RSS MiB':>13}  output")
+        got = {}
+        for name in ("old", "new"):
+            wall, cpu, rss, out = min(best[name], key=lambda r: r[1])
+            got[name] = (cpu, rss)
+            print(f"{name:6} {cpu:7.2f} {size / 1e6 / max(cpu, 1e-9):9.1f} {rss:13.1f}  {out.strip()[:60]}")
+        print(f"new/old CPU time {got['new'][0] / got['old'][0]:.3f}, peak RSS {got['new'][1] / got['old'][1]:.3f}")
+        if not args.keep:
+            os.unlink(path)
+        return
     rows = [("kvdiag collector (read_logs)", *measure(collect)),
             ("kvdiag analyze --format json", *measure([sys.executable, "-m", "kvdiag", "analyze", "--log", path,
                                                       "--format", "json"])),

@@ -43,7 +43,7 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
             rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None,
             deployment: dict | None = None, seed=None, keep: list | None = None,
             http: HttpOptions | None = None, prometheus: dict | None = None,
-            interrupt: WindowInterrupt | None = None) -> Report:
+            interrupt: WindowInterrupt | None = None, run: str | None = None) -> Report:
     """Collect every source into one bundle, derive signals, run the rules, and build the report.
 
     Raises:
@@ -93,6 +93,12 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
                                      interrupt=interrupt)
         for target in targets:
             merge_target(bundle, target)
+    runs = getattr(bundle, "log_runs", None) or []
+    run_notes: list[str] = []
+    if len(runs) > 1 or run not in (None, "last"):
+        bundle, report = _pick_run(rules, bundle, runs, run or "last", run_notes)
+        if report is not None:
+            return report
     derive(bundle)
     derive_windows(bundle)
     findings = evaluate(rules, bundle)
@@ -107,11 +113,77 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         bpt = bundle.signal("kv_bytes_per_token")["value"].iloc[-1]
         report.notes.append(f"model config {model_config}: {bpt:,.0f} bytes of KV per token "
                             "(2 × layers × kv_heads × head_dim × dtype_bytes; planning estimate)")
+    report.notes += run_notes
     report.notes += restart_notes(bundle)
     if interrupt.note:
         report.notes.append(interrupt.note)
     report.charts = build_charts(bundle, findings, report.notes)
     return report
+
+
+def run_label(runs: list[dict], k: int) -> str:
+    """'run 2 of 2 (vllm.log from line 10: a new API-server process id)'."""
+    r = runs[k]
+    return f"run {k + 1} of {len(runs)} ({r['file']} from line {r['line']}: {r['why']})"
+
+
+def split_runs(bundle: Bundle, runs: list[dict]) -> list[Bundle]:
+    """One bundle per server run of the logs (``bundle.log_runs``, cut by the log collector at banners, new API-server
+    pids and start-ups after serving): a run's bundle holds the log observations of its stretch of the log and every
+    observation that is not from a log (options, /metrics pages) — no log number of one run reaches another."""
+    starts = [r["start_seq"] for r in runs] + [float("inf")]
+    out = []
+    for k in range(len(runs)):
+        b = Bundle()
+        b.inputs = bundle.inputs
+        b.model_config, b.model_config_source = bundle.model_config, bundle.model_config_source
+        b.skipped_derived = list(bundle.skipped_derived)
+        if hasattr(bundle, "dropped_values"):
+            b.dropped_values = bundle.dropped_values
+        lo, hi = starts[k], starts[k + 1]
+        for sig, t, seq, v, text, src, seg in bundle._rows:
+            if src.startswith("log:") and not lo <= seq < hi:
+                continue
+            b.add(sig, None if v != v else v, src, t=None if t != t else t, text=text, segment=seg)
+        out.append(b)
+    return out
+
+
+def _pick_run(rules, bundle: Bundle, runs: list[dict], run: str, notes: list[str]):
+    """``(bundle of the run to judge, None)``, or ``(None, report)`` for ``run == "all"`` (every run judged on its own,
+    the report's instances worst first, as for several servers; the verdict is the worst run's).
+
+    Raises:
+        InputError: ``run`` names a run the logs do not hold.
+    """
+    if not runs:
+        runs = [{"start_seq": 0, "file": bundle.inputs[0].name if bundle.inputs else "log", "line": 1,
+                 "why": "the log's start"}]
+    bundles = split_runs(bundle, runs)
+    if run == "all":
+        instances = sorted((_judge_one(rules, run_label(runs, k), b) for k, b in enumerate(bundles)),
+                           key=InstanceReport.rank)
+        worst = instances[0]
+        report = Report(verdict=worst.verdict, findings=worst.findings, inputs=[i.to_dict() for i in bundle.inputs],
+                        window=worst.window, instances=instances)
+        report.notes.append(f"the log holds {len(runs)} server run(s); each judged on its own lines (--run all), "
+                            f"the worst first")
+        report.charts = worst.charts
+        return None, report
+    if run == "last":
+        k = len(runs) - 1
+    else:
+        try:
+            k = int(run) - 1
+        except ValueError:
+            raise InputError(f"--run {run}: expected a run number, 'last' or 'all'") from None
+        if not 0 <= k < len(runs):
+            raise InputError(f"--run {run}: the log holds {len(runs)} server run(s) (1..{len(runs)})")
+    if len(runs) > 1:
+        others = ", ".join(f"{j + 1} from line {r['line']}" for j, r in enumerate(runs) if j != k)
+        notes.append(f"judged {run_label(runs, k)}; no number of the other run(s) ({others}) is used: "
+                     f"--run N or --run all for them")
+    return bundles[k], None
 
 
 def restart_notes(bundle: Bundle) -> list[str]:

@@ -245,11 +245,13 @@ def cli(ctx: click.Context, debug: bool) -> None:
               "trace (as for 'kvdiag simulate'): the remedies get simulated outcomes. Needs --step-cost.")
 @click.option("--step-cost", default=None, metavar="K=V,...", help="Step-time constants for --trace "
               "(see 'kvdiag simulate --help').")
+@click.option("--run", "run_sel", default=None, metavar="N|last|all", help="Which server run of the log to judge (a log "
+              "is cut into runs at banners, new process ids and restarts): N (from 1), last (default) or all.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
 def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_config, gpu_memory, tensor_parallel_size,
             gpu_memory_utilization, rules_dirs, year, prometheus_url, selector, since, until, step, headers,
-            bearer_token_file, ca_cert, insecure, timeout, progress, fmt, output, width, trace, step_cost, debug):
+            bearer_token_file, ca_cert, insecure, timeout, progress, fmt, output, width, trace, step_cost, run_sel, debug):
     """Diagnose a server from its logs and /metrics; verdict first, evidence under it.
 
     Several --metrics-url, or --prometheus-url: one verdict per server, the worst first.
@@ -283,6 +285,10 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
     if len(metrics_urls) > 1 and (logs or metrics_files):
         raise click.UsageError("with several --metrics-url kvdiag cannot tell which server a --log or "
                                "--metrics-file belongs to; analyze them one server at a time")
+    if run_sel is not None and not logs:
+        raise click.UsageError("--run picks a server run of a --log; give --log")
+    if run_sel is not None and run_sel not in ("last", "all") and not (run_sel.isdigit() and int(run_sel) >= 1):
+        raise click.UsageError(f"--run {run_sel}: expected a run number from 1, 'last' or 'all'")
     sim = None
     if trace or step_cost:  # simulated remedies (kvdiag/simulate/remedies.py): one server, a trace and its step cost
         from .simulate.remedies import prepare
@@ -311,7 +317,7 @@ def analyze(ctx, logs, metrics_files, metrics_urls, duration, interval, model_co
                  year=year, deployment={"gpu_total_bytes": gpu_memory and gpu_memory * 2**30,
                                         "tensor_parallel_size": tensor_parallel_size,
                                         "gpu_memory_utilization": gpu_memory_utilization},
-                 progress=progress, http=http, prometheus=fleet, keep=sim and sim["keep"])
+                 progress=progress, http=http, prometheus=fleet, keep=sim and sim["keep"], run=run_sel)
     if sim:
         report.notes += sim["cite"](report)
     width, color = terminal_layout(None if output else click.get_text_stream("stdout"), width)

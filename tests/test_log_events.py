@@ -31,7 +31,7 @@ LINES: dict[str, tuple[str, dict]] = {
                    "mode because there is not enough KV cache space. This can affect the end-to-end performance. "
                    "Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
                    "total_num_cumulative_preemption=151",
-                   {"num_preemptions": [151], "preemption_warning": ["SWAP"]}),
+                   {"num_preemptions": [150, 151], "preemption_warning": ["SWAP"]}),
     # real, 022 (0.4.0.post1)
     "W1": ("INFO 05-24 22:18:27 model_runner.py:104] Loading model weights took 15.2075 GB",
            {"weights_bytes": [15.2075 * GIB]}),

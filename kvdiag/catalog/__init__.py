@@ -42,7 +42,8 @@ _SPLIT = re.compile(r"\{\{|\}\}|\{[^{}]*\}")
 _WS = re.compile(r"\s+")
 #: characters of literal text a cut message must share with a template to be read as it (or hold its needle whole)
 MIN_CUT_LITERAL = 12
-MAX_MESSAGE = 8192  # characters of a message a template is matched against (longer lines are cut to this)
+MAX_MESSAGE = 8192
+FUZZY_COMMON = 150  # a word in more templates than this counts 1, not its length, when picking phrase candidates  # characters of a message a template is matched against (longer lines are cut to this)
 
 
 def split_template(template: str) -> list[str | int]:
@@ -204,7 +205,8 @@ class Catalog:
                 cut.setdefault(prefix, []).append(idx)
         # most literal text first: a specific template wins over a generic one matching the same line
         self._weight = [sum(len(p) for p in split_template(e["template"]) if isinstance(p, str)) for e in self.entries]
-        self._plans: dict[str, tuple] = {}  # entry id → how _match_prefix walks it (built on first use)
+        self._plans: dict[str, tuple] = {}
+        self._fz: tuple | None = None  # phrase matching: (fuzzy.Template per entry, word -> entry indexes), on first use  # entry id → how _match_prefix walks it (built on first use)
         self._full = _Index(full)
         self._cut = _Index(cut)
         self.by_id = {e["id"]: e for e in self.entries}
@@ -295,6 +297,51 @@ class Catalog:
             if best_p is not None and (full is None or best_p[2][1:] > (w, _level_fits(full[0], level))):
                 return best_p[0], best_p[1]
         return full
+
+    def match_phrases(self, message: str, level: str = "", only: str | None = None) -> tuple[dict, dict[str, str]] | None:
+        """The entry ``message`` reads as by its fixed phrases in order (:mod:`kvdiag.catalog.fuzzy`), when no exact
+        wording matches: tolerant of a changed or missing character, GB/GiB, a reworded or cut end, a cut start.
+        ``only``: align with this entry id alone (the wording was read as it before).
+        Returns ``(entry, {placeholder name: number text})`` (only numbers whose label matched) or ``None``."""
+        from . import fuzzy
+
+        if self._fz is None:
+            self._fz = ([], {})
+            index: dict[str, list[int]] = {}
+            for i, e in enumerate(self.entries):
+                t = fuzzy.Template(split_template(e["template"]), e["placeholders"])
+                self._fz[0].append(t)
+                for w in t.words:
+                    index.setdefault(w, []).append(i)
+            self._fz = (self._fz[0], {w: (ix, len(w) if len(ix) <= FUZZY_COMMON else 2) for w, ix in index.items()})
+        templates, index = self._fz
+        toks = fuzzy.tokens(message[:MAX_MESSAGE])[:fuzzy.MAX_TOKENS]
+        acc: dict[int, int] = {}
+        for w in {t.lower() for t in toks if len(t) >= 3}:
+            ix, weight = index.get(w, ((), 0))
+            for i in ix:
+                acc[i] = acc.get(i, 0) + weight
+        cands = sorted((i for i, a in acc.items() if a >= fuzzy.MIN_PICK), key=lambda i: (-acc[i], templates[i].chars))
+        if only is not None and only in self._index:
+            cands = [self._index[only]]
+        best = None
+        for i in cands[:fuzzy.CANDIDATES]:
+            t = templates[i]
+            got = fuzzy.align(t, toks)
+            if got is None:
+                continue
+            _score, chars, span, values, words = got
+            if not fuzzy.accept(t, chars, span, words):
+                continue
+            e = self.entries[i]
+            key = (round(chars), chars / max(t.chars, 1), _level_fits(e, level))
+            if best is None or key > best[0]:
+                best = (key, e, values)
+        if best is None:
+            return None
+        _key, e, values = best
+        phs = e["placeholders"]
+        return e, {phs[k]["name"]: v for k, v in values.items()}
 
     def _match_prefix(self, entry: dict, msg: str, marked: bool = True) -> tuple[dict[str, str], int] | None:
         """When ``msg`` ends inside an instance of ``entry``: the values of the placeholders before the cut and how

@@ -57,6 +57,15 @@ MAX_JOIN = 64  # physical lines one record may span
 # paste forms: '> ' quotes (any depth) and indentation in front of a physical line
 QUOTE = re.compile(rb"^[ \t]*(?:>[ \t]?)+")
 _HEADER_START = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d")
+# a headerless record that begins with an exception name (the last line of a traceback, 'ValueError: Free memory on
+# device ...'): its wrapped pieces are joined to it as to a headed record
+_EXC_START = re.compile(rb"^[ \t]*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):\s")
+
+
+def _headed(ln: bytes) -> bool:
+    return bool(_HEADER_START.search(ln[:160]) or _EXC_START.match(ln))
+# a piece that is a log header and nothing else (the message was wrapped onto the next piece)
+_HEADER_ONLY = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d\s+\[?[\w./-]+:\d+\]\s*$")
 # a physical line that starts a record of its own (never a wrapped piece of the line before)
 RECORD_START = re.compile(
     rb"^[ \t]*(?:\((?:[A-Za-z_]\w*)(?: rank=\d+)? pid=\d+(?:, ip=[\w.:-]+)?\)\s*|\[rank\d+\]:\s*|"
@@ -351,14 +360,16 @@ class RecordReader:
             cut: list[int] = []  # lengths of the pieces a continuation follows
             headed = False
             for i, ln in enumerate(lines):
-                if headed and i and len(lines[i - 1]) >= 60 and not RECORD_START.match(ln) \
+                if headed and i and len(lines[i - 1]) >= 40 and not RECORD_START.match(ln) \
                         and b'File "' not in lines[i - 1]:
                     cut.append(len(lines[i - 1]))
+                elif headed and i and _EXC_START.match(ln) and _HEADER_ONLY.search(lines[i - 1]):
+                    cut.append(len(lines[i - 1]))  # a header alone on its piece, the exception name on the next
                 else:
-                    headed = bool(_HEADER_START.search(ln[:160]))
+                    headed = _headed(ln)
             if cut:
                 width = max(cut)
-                self._wrap = 60
+                self._wrap = 60 if width >= 60 else 40
                 self._hard_wrap = (len(cut) >= 2 and cut.count(width) == len(cut)) or \
                     (len(cut) == 1 and width in (80, 100, 120, 132, 160))
                 self._hard_width = width
@@ -408,8 +419,9 @@ class RecordReader:
                 unq = QUOTE.sub(b"", ln, count=1)
                 if quoted or RECORD_START.match(unq):
                     ln = unq
-            if (hard is not None and width and headed and ln.strip() and len(prev) >= width
-                    and not RECORD_START.match(ln) and b'File "' not in prev):
+            if (hard is not None and width and headed and ln.strip() and
+                    ((len(prev) >= width and not RECORD_START.match(ln) and b'File "' not in prev) or
+                     (joined is False and _EXC_START.match(ln) and _HEADER_ONLY.search(prev)))):
                 hard += ln
                 soft += b" " + ln.lstrip() if not soft.endswith(b" ") else ln.lstrip()
                 joined = True
@@ -417,7 +429,7 @@ class RecordReader:
                 continue
             flush()
             hard, soft, rec_no, prev, joined = bytearray(ln), bytearray(ln), base + i + 1, ln, False
-            headed = bool(_HEADER_START.search(ln[:160]))
+            headed = _headed(ln)
         flush()
         for lineno, text in out:
             alt = self.alternatives.get(lineno)

@@ -125,27 +125,50 @@ PHASE_FRAMES: list[tuple[str, re.Pattern]] = [
 ]
 
 
+#: frames vLLM runs in more than one step (``_dummy_run`` serves the profile run, CUDA-graph capture and the warm-ups;
+#: ``execute_model`` the profile run and serving): they name a phase only when no frame further out names another
+GENERIC_FRAMES = re.compile(r"^(?:_dummy_run|execute_model|_model_forward|forward)$")
+
+
+def _frame_phase(path: str, func: str) -> str:
+    for phase, pattern in PHASE_FRAMES:
+        if pattern.search(func) or pattern.search(path.rsplit("/", 1)[-1]):
+            return phase
+    return ""
+
+
 def deciding_frame(frames: list[tuple[str, str]]) -> tuple[str, str, str]:
-    """``(phase, function, path)`` of the frame that classifies a traceback: the innermost frame that
-    names a phase (see :func:`phase_of`), else the innermost frame with phase ``""``."""
+    """``(phase, function, path)`` of the frame that classifies a traceback: the innermost frame that names a phase
+    (see :func:`phase_of`) — unless it is a frame several steps run (:data:`GENERIC_FRAMES`, ``_dummy_run`` under
+    ``capture_model`` or ``profile_run``) and a frame further out names a phase: the outer one says more. Else the
+    innermost frame with phase ``""``."""
+    generic = None
     for path, func in reversed(frames):
-        for phase, pattern in PHASE_FRAMES:
-            if pattern.search(func) or pattern.search(path.rsplit("/", 1)[-1]):
-                return phase, func, path
+        phase = _frame_phase(path, func)
+        if not phase:
+            continue
+        if GENERIC_FRAMES.match(func):
+            generic = generic or (phase, func, path)
+            continue
+        return phase, func, path
+    if generic:
+        return generic
     return ("", frames[-1][1], frames[-1][0]) if frames else ("", "", "")
+
+
+def generic_only(frames: list[tuple[str, str]]) -> bool:
+    """Do the frames name a phase only through a frame several steps run (a cut traceback showing ``_dummy_run``)?"""
+    phase, func, _path = deciding_frame(frames)
+    return bool(phase) and bool(GENERIC_FRAMES.match(func))
 
 
 def phase_of(frames: list[tuple[str, str]]) -> str:
     """Classify an OOM by its traceback frames (list of ``(path, function)``, outermost first).
 
-    Returns the phase of the innermost frame that names one (``load``, ``profile``, ``kv_alloc``,
-    ``cudagraph``, ``sampler``, ``encoder``, ``runtime``), or ``""`` when none does.
+    Returns the phase of the deciding frame (:func:`deciding_frame`: ``load``, ``profile``, ``kv_alloc``,
+    ``cudagraph``, ``sampler``, ``encoder``, ``runtime``), or ``""`` when none names one.
     """
-    for path, func in reversed(frames):
-        for phase, pattern in PHASE_FRAMES:
-            if pattern.search(func) or pattern.search(path.rsplit("/", 1)[-1]):
-                return phase
-    return ""
+    return deciding_frame(frames)[0]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -279,6 +302,16 @@ class LogCollector:
         self.needles = prefilter_needles()
         self._line_signals: set[str] = set()  # signals added while the current line is dispatched
         self._bad_number_notes: list[str] = []  # notes for lines skipped for a malformed number, this file
+        self._pids: dict[str, list] = {}     # API-server pid -> [first line, bundle seq then, last line], this file
+        self._run_forms: set[str] = set()     # version-line forms seen in the current server run
+        self._run_served = False              # the current run printed stats lines (it served)
+        self._v0_preempted = False            # a V0 preemption warning was seen in the current run
+        self._line_seq = 0                    # the bundle's next seq when the current line began
+        self._last_catalog_hit: tuple[str, int] = ("", -1)  # entry id and line of the last exact catalogue hit
+        self._phrase_misses: set[str] = set()
+        self._phrase_hit_ids: dict[str, str] = {}  # wording (digits as 0) -> the entry it was read as  # wordings (digits as 0) phrase matching found nothing in
+        self._phrase_hits = 0                  # lines read by their phrases (not an exact catalogued wording), this file
+        self._phrase_examples: list[str] = []
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, path: str, progress: Callable[[int, int | None], None] | None = None) -> InputInfo:
@@ -315,6 +348,7 @@ class LogCollector:
                 self._record(lineno, lines, reader.container)
             self._flush_stats()
             self._close_open_tracebacks()
+        self._pid_runs()
         info.records = reader.lines
         if info.records == 0:
             raise InputError(f"{path}: empty file, expected vLLM log lines")
@@ -324,6 +358,12 @@ class LogCollector:
         if reader.binary_lines and info.observations == 0 and reader.binary_lines * 10 >= reader.lines * 9:
             raise InputError(f"{path}:1: binary data, expected text log lines")
         self._unseen_notes(info)
+        if self._phrase_hits:
+            info.notes.append(f"{self._phrase_hits} line(s) read by their phrases, not by the exact wording of a "
+                              "catalogued vLLM release (a damaged paste, a nightly or a fork): "
+                              + "; ".join(self._phrase_examples))
+            self._phrase_hits = 0
+            self._phrase_examples = []
         if reader.paste:
             info.notes.append("pasted text (" + reader.paste + "): lines re-joined before matching")
         if reader.truncated:
@@ -423,6 +463,14 @@ class LogCollector:
         if m:
             proc = m.group("proc")
             text = text[m.end():]
+            if proc.startswith(("APIServer pid=", "MainProcess pid=")):
+                got = self._pids.get(proc)
+                if got is None:
+                    if self._pids:
+                        self._flush_stats()  # the buffered stats line belongs to the run before this pid
+                    self._pids[proc] = [lineno, self.bundle._seq, lineno]
+                else:
+                    got[2] = lineno
         m = RANK_TAG.match(text)
         if m:
             proc = proc or f"rank{m.group(1)}"
@@ -483,20 +531,75 @@ class LogCollector:
         self._seen_startup = True
         self._after_startup_events.add(why)
 
+    def _new_run(self, line: Line, why: str) -> None:
+        """A new server run begins at ``line`` (a banner, or start-up lines after the last run served): the bundle's
+        ``log_runs`` gets ``{"start_seq", "file", "line", "why"}``; observations from here on belong to it."""
+        runs = self.bundle.__dict__.setdefault("log_runs", [])
+        if not runs:
+            runs.append({"start_seq": 0, "file": self._name, "line": 1, "why": "the log's start"})
+        if self._line_seq == self.bundle._seq:
+            self._flush_stats()  # a buffered stats line belongs to the run before
+            self._line_seq = self.bundle._seq
+        runs.append({"start_seq": self._line_seq, "file": self._name, "line": line.lineno, "why": why})
+        self._run_forms.clear()
+        self._run_served = False
+        self._v0_preempted = False
+
+    def _pid_runs(self) -> None:
+        """Runs told apart by the API server's process id (end of a file): a pid first seen after every earlier pid was
+        last seen is a new server (a restart with no banner in the paste); pids that interleave are one server's
+        API processes (``--api-server-count``), never a new run."""
+        pids = sorted(self._pids.values())
+        self._pids = {}
+        runs = self.bundle.__dict__.setdefault("log_runs", [])
+        last = -1
+        for k, (first, seq, end) in enumerate(pids):
+            if k and first > last and not any(r["file"] == self._name and abs(r["line"] - first) <= 50 for r in runs):
+                if not runs:
+                    runs.append({"start_seq": 0, "file": self._name, "line": 1, "why": "the log's start"})
+                runs.append({"start_seq": seq, "file": self._name, "line": first,
+                             "why": "a new API-server process id"})
+            last = max(last, end)
+        runs.sort(key=lambda r: r["start_seq"])
+
+    def _run_marker(self, line: Line, form: str) -> None:
+        """A start-up line of kind ``form`` (``banner``, ``engine``, ``weights``, ``load``): a new run when the current
+        one already served, or already printed this kind of version line (a second start)."""
+        if self._run_served or (form in ("banner", "engine", "config") and form in self._run_forms):
+            what = {"banner": "a new 'vLLM API server version' banner", "engine": "a new engine start line",
+                    "config": "a new engine config line",
+                    "weights": "weights loaded again after serving", "load": "a model load after serving"}[form]
+            self._new_run(line, what)
+        self._run_forms.add(form)
+
     def _dispatch(self, line: Line) -> None:
         msg = line.msg
+        self._line_seq = self.bundle._seq
         key = line.proc or "main"
         if ", line " in msg:
-            fm = FRAME.search(msg)
-            if fm:
-                self._frames.setdefault(key, []).append((fm.group("path"), fm.group("func")))
+            fms = list(FRAME.finditer(msg[:MAX_FRAME_LINE]))
+            if fms:
+                frames = self._frames.setdefault(key, [])
+                frames.extend((fm.group("path"), fm.group("func")) for fm in fms)
                 self._frames_line[key] = line.lineno
                 self._last_frame_line = line.lineno
+                tail = msg[fms[-1].end():]
+                if tail.strip():
+                    # a traceback a paste folded into one line ('File "…", line 381, in determine_available_memory
+                    # x = self.model_runner.profile_cudagraph_memory() ... torch.OutOfMemoryError: …'): the source
+                    # text's call is the next frame, and the exception line is read as a line of its own
+                    call = _GLUED_CALL.match(tail)
+                    if call:
+                        frames.append(("", call.group(1)))
+                    ex = _GLUED_EXC.search(tail)
+                    if ex:
+                        self._dispatch(Line(line.lineno, line.t, line.proc, line.level, tail[ex.start(1):]))
                 return
         exc = EXC_LINE.match(msg) if ("Error" in msg or "Exception" in msg) else None
         understood = False
         self._line_signals.clear()
         stats = False
+        fired: set[str] = set()
         mark = len(self.bundle)
         for event in _events_for(msg):
             m = event[1].search(msg)
@@ -509,11 +612,24 @@ class LogCollector:
                     self._close_tb = False
                     return
                 understood = True
+                fired.add(event[0])
                 stats = stats or event[0] == "stats"
+        catalogued = False
         if _catalog_needle_in(msg):
             try:
-                understood = self._catalog(line, stats) or understood
+                catalogued = self._catalog(line, stats)
+                understood = catalogued or understood
             except (ValueError, OverflowError) as e:  # a catalogue number out of its domain: skip the line
+                self.bundle.discard_from(mark)
+                self._bad_number(line, None, e)
+                self._close_tb = False
+                return
+        if (not catalogued and not stats and not (fired & _NO_PHRASES) and line.lineno != self._last_frame_line + 1
+                and (msg.count(" ") >= 4 or _anchor_in(msg) or _catalog_needle_in(msg))
+                and not _SHELL.match(msg)):
+            try:
+                understood = self._phrases(line) or understood
+            except (ValueError, OverflowError) as e:
                 self.bundle.discard_from(mark)
                 self._bad_number(line, None, e)
                 self._close_tb = False
@@ -558,11 +674,43 @@ class LogCollector:
         hit = catalog.match(line.msg, level=line.level)
         if hit is None:
             return False
+        self._last_catalog_hit = (hit[0]["id"], line.lineno)
         if stats and hit[0]["event"] == "stats":
             return True
         done = set(self._line_signals)
         for k, (signal, value, text) in enumerate(catalog.observations(*hit)):
             if k == 0 or (not stats and signal in SIGNALS and signal not in done):
+                self._add(signal, value, line, text=text)
+        return True
+
+    def _phrases(self, line: Line) -> bool:
+        """A line neither the events nor an exact catalogue wording read: matched by the fixed phrases of a catalogued
+        template in order (:meth:`kvdiag.catalog.Catalog.match_phrases`), tolerant of a changed or missing character,
+        GB/GiB, a cut start or end, a wording of a version or nightly the catalogue lacks. A hit adds what an exact
+        hit adds (the event, its marker, the numbers whose labels matched) and is counted for a note. Lines that
+        matched nothing are remembered by their wording without digits (bounded), so a repeated line is tried once."""
+        key = _DIGITS.sub("0", line.msg[:512])
+        if key in self._phrase_misses:
+            return False
+        # a wording read before is aligned with the template it matched only (a repeated request error)
+        hit = catalog.load().match_phrases(line.msg, level=line.level, only=self._phrase_hit_ids.get(key))
+        if hit is not None and len(self._phrase_hit_ids) < 4096:
+            self._phrase_hit_ids[key] = hit[0]["id"]
+        if hit is None:
+            if len(self._phrase_misses) < 4096:
+                self._phrase_misses.add(key)
+            return False
+        last_id, last_line = self._last_catalog_hit
+        if hit[0]["id"] == last_id and 0 < line.lineno - last_line <= 8:
+            return True  # a piece of the message just read (a wrap the reader could not re-join): read once
+        self._phrase_hits += 1
+        if len(self._phrase_examples) < 3:
+            e = hit[0]
+            self._phrase_examples.append(f"line {line.lineno} as {e['event']} ({e['id']}, vLLM "
+                                         f"{', '.join(e['versions'])})")
+        done = set(self._line_signals)
+        for k, (signal, value, text) in enumerate(catalog.observations(*hit)):
+            if k == 0 or (signal in SIGNALS and signal not in done):
                 self._add(signal, value, line, text=text)
         return True
 
@@ -712,6 +860,10 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
             vals[signal] = x * scale
     if not vals:
         return
+    if "Pending:" in msg and not c._v0_preempted and c._run_forms and "num_preemptions" not in vals:
+        # V0 warns at the 1st, 51st, ... preemption (core/scheduler.py 0.4-0.10): in a run whose start is in the log
+        # and that printed no such warning, nothing was preempted up to here — seen, not assumed
+        vals["num_preemptions"] = 0.0
     me = _STATS_ENGINE.search(msg)
     engine = (me.group(1) or "agg") if me else ""
     if "Pending:" in msg:
@@ -723,6 +875,7 @@ def _stats(c: LogCollector, m: re.Match, line: Line) -> None:
     if engine:
         c._engines.add(engine)
     c._step.clear()  # serving: no start-up phase marker applies any more
+    c._run_served = True
     pending = c._stats_pending
     if pending and (pending[0][0].t != line.t or not engine or engine in c._pending_engines):
         c._flush_stats()
@@ -741,17 +894,38 @@ def _v0_prefix_rate(c: LogCollector, m: re.Match, line: Line) -> None:
     c._add("prefix_cache_hit_rate_cumulative", x / 100.0, line)
 
 
+_PREEMPT_COUNT = re.compile(r"total_(?:num_)?cumulative_preemption(?:_cnt)?=(\d+)")
+
+
 def _preempt(c: LogCollector, m: re.Match, line: Line) -> None:
-    """V0 WARNING, logged for the 1st, 51st, 101st ... preemption (§2.6); n is cumulative."""
+    """V0 WARNING, logged for the 1st, 51st, 101st ... preemption (§2.6); n is cumulative
+    ('total_num_cumulative_preemption=N' 0.4-0.10, 'total_cumulative_preemption_cnt=N' in the 0.4.0 wording); a line
+    cut before the count is still a preemption (the count is then unknown)."""
     c._add("preemption_warning", 1, line, text=m.group(1))
-    c._add("num_preemptions", float(m.group(2)), line)
+    c._v0_preempted = True
+    mm = _PREEMPT_COUNT.search(line.msg, m.end())
+    if mm:
+        n = float(mm.group(1))
+        if n >= 1:
+            # the count printed includes this preemption (V0 logs num_cumulative_preemption + 1 before adding it,
+            # core/scheduler.py 0.4-0.10): the counter stood at n - 1 just before, so one warning is an increase
+            c._add("num_preemptions", n - 1, line)
+        c._add("num_preemptions", n, line)
 
 
 def _weights(c: LogCollector, m: re.Match, line: Line) -> None:
     """W1 'Loading model weights took X GB' (GiB despite the name) / W2, W3 'Model loading took X GiB'."""
-    c._new_segment(line, "weights")
-    _set_step(c, line, "")
     msg = line.msg
+    if "Tried to allocate" in msg or "out of memory" in msg:
+        # an OOM text quoting the weights ('(Model loading took 13.31 GiB)'): the weights loaded in this start-up;
+        # no new start-up segment or run, the OOM handler reads the rest
+        c._add("weights_bytes", float(m.group(1)) * GIB, line)
+        if c._step.get(line.proc or "main", "") in ("", "load"):
+            _set_step(c, line, "profile")
+        return
+    c._run_marker(line, "weights")
+    c._new_segment(line, "weights")
+    _set_step(c, line, "profile")  # the weights loaded: the profile run is the next step
     c.formats.add(("weights line W1 'GiB' (0.8-0.9, XPU)" if "GiB" in msg[m.start():m.end()] else
                    "weights line W1 'GB' (0.4-0.7)") if "weights took" in msg else
                   "weights line W3 'GiB memory and' (0.16+)" if "GiB memory and" in msg else
@@ -790,6 +964,7 @@ def _m2_split(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _m3(c: LogCollector, m: re.Match, line: Line) -> None:
     """M3 'Available KV cache memory: X GiB' (V1 0.9+)."""
+    _sized(c, line)
     c._add("kv_cache_memory_bytes", float(m.group(1)) * GIB, line)
 
 
@@ -819,6 +994,7 @@ def _m6(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _blocks(c: LogCollector, m: re.Match, line: Line) -> None:
     """K1/K2/K3 '# GPU blocks: N, # CPU blocks: M' (V0; '# cuda blocks' 0.7-0.10)."""
+    _sized(c, line)
     c._add("num_gpu_blocks", float(m.group(1)), line)
     if m.group(2) is not None:
         c._add("num_cpu_blocks", float(m.group(2)), line)
@@ -828,6 +1004,7 @@ def _k4(c: LogCollector, m: re.Match, line: Line) -> None:
     """K4/K6 'GPU KV cache size: N tokens' (V1 0.8+)."""
     if "Maximum concurrency" in line.msg:
         c.formats.add("merged KV size + concurrency line K6 (0.33+)")
+    _sized(c, line)
     c._add("kv_cache_size_tokens", float(m.group(1).replace(",", "")), line)
 
 
@@ -933,6 +1110,12 @@ def _w4(c: LogCollector, m: re.Match, line: Line) -> None:
 
 
 _WORKER_METHOD = re.compile(r"while processing method (\w+)")
+MAX_FRAME_LINE = 16384
+# the source text glued after a frame: its outermost call ('x = self.model_runner.profile_cudagraph_memory()')
+_GLUED_CALL = re.compile(r"\s+(?:[\w.\[\], ]+\s*=\s*)?(?:return\s+|await\s+)?(?:[\w\[\]]+\.)*(\w+)\(")
+# an exception line glued after a frame's source text
+_GLUED_EXC = re.compile(r"(?:^|[\s.:])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):\s)")
+_LOADED_IN_TEXT = re.compile(r"Model loading took ([\d.]+) ?GiB")
 
 
 def _oom(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -981,14 +1164,20 @@ def _phase_for(c: LogCollector, line: Line) -> str:
     ``enc_dec_model_runner.profile_run``)."""
     msg = line.msg
     key = line.proc or "main"
-    phase = phase_of(_frames_for(c, line))
+    frames = _frames_for(c, line)
+    phase = phase_of(frames)
+    marker = c._step.get(key, "") or (c._step.get(c._last_step_key, "") if c._last_step_key else "")
+    if phase and marker and marker != phase and generic_only(frames):
+        phase = marker  # '_dummy_run' alone: the last marker (capture bar, sizing line) says which step ran it
     if not phase and "Error in model execution" in msg:
         phase = "runtime"
     mm = _WORKER_METHOD.search(msg)
     if not phase and mm:  # V0 'Exception in worker ... while processing method determine_num_available_blocks'
         phase = phase_of([("", mm.group(1))])
     if not phase:
-        phase = c._step.get(key, "") or (c._step.get(c._last_step_key, "") if c._last_step_key else "")
+        phase = marker
+    if phase == "load" and _LOADED_IN_TEXT.search(msg):
+        phase = "profile"  # the OOM text itself says the weights were loaded ('(Model loading took 13.31 GiB)')
     if phase == "profile" and (c._segment_signals & {"mm_profile_run", "mm_profile_warning"} or
                                (c.multimodal and not c._mm_profile_skipped)):
         phase = "encoder"  # the profile run of a multimodal model runs the encoder on dummy images first
@@ -1026,6 +1215,7 @@ def _oom_old(c: LogCollector, m: re.Match, line: Line) -> None:
 
 def _version(c: LogCollector, m: re.Match, line: Line) -> None:
     """Version banner (0.33 'version 0.33.0'), 'vLLM API server version X', 'Initializing a V0 LLM engine (vX)'."""
+    c._run_marker(line, "engine" if "LLM engine" in m.group(0) else "banner")
     c.version = _bounded(m.group(1))
     c._add("vllm_version", None, line, text=c.version)
     mm = re.search(r"Initializing an? (V[01]) LLM engine", line.msg)
@@ -1037,6 +1227,8 @@ def _version(c: LogCollector, m: re.Match, line: Line) -> None:
 def _args(c: LogCollector, m: re.Match, line: Line) -> None:
     """Engine-config / args Namespace / non-default args lines: a few settings kvdiag needs."""
     msg = line.msg
+    if "LLM engine" in msg and "with config" in msg:
+        c._run_marker(line, "config")  # 'Initializing an LLM engine with config: ...' (0.1-0.3 print no version)
     pats = {
         "max_model_len": r"\bmax_(?:model|seq)_len['\"]?\s*[=:]\s*(\d+)",
         "gpu_memory_utilization": r"\bgpu_memory_utilization['\"]?\s*[=:]\s*([\d.]+)",
@@ -1175,7 +1367,7 @@ def _k9(c: LogCollector, m: re.Match, line: Line) -> None:
 def _k13(c: LogCollector, m: re.Match, line: Line) -> None:
     """K13 V0 'Capturing the model for CUDA graphs' (0.4) / 'Capturing cudagraphs for decoding' (0.6-0.10); V1
     'Capturing CUDA graphs (...)' progress: CUDA-graph capture began (an OOM right after is a capture OOM)."""
-    c._step[line.proc or "main"] = "cudagraph"
+    _set_step(c, line, "cudagraph")
 
 
 def _m4(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -1294,6 +1486,9 @@ def _long_context(c: LogCollector, m: re.Match, line: Line) -> None:
     or result in low performance due to small KV cache size. Consider setting --max-model-len to a smaller value.'
     (``engine/arg_utils.py`` 0.6-0.8, printed 'causeOOM' in 0.8.5): L is the max_model_len in use."""
     c._add("max_model_len", float(m.group(1)), line)
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 # a traceback's source line ('    except torch.OutOfMemoryError as e:'), never an exception line
@@ -1419,6 +1614,13 @@ def _mm_skip(c: LogCollector, m: re.Match, line: Line) -> None:
     c._mm_profile_skipped = True
 
 
+def _sized(c: LogCollector, line: Line) -> None:
+    """A KV sizing line (M3 'Available KV cache memory', K4 'GPU KV cache size', K1 '# GPU blocks'): the profile run
+    is over; the pool is allocated next (then CUDA graphs, then the sampler warm-up, each with its own marker)."""
+    if c._step.get(line.proc or "main", "") in ("", "load", "profile"):
+        _set_step(c, line, "kv_alloc")
+
+
 def _set_step(c: LogCollector, line: Line, phase: str) -> None:
     key = line.proc or "main"
     if phase:
@@ -1433,6 +1635,8 @@ def _step_load(c: LogCollector, m: re.Match, line: Line) -> None:
     ``v1/worker/gpu_model_runner.py`` 0.6.6-0.33) or a checkpoint progress bar ('Loading safetensors checkpoint
     shards: 40% …', 'Loading pt checkpoint shards', 'Multi-thread loading shards', ``model_executor/model_loader/
     weight_utils.py`` 0.4-0.33). An OOM before the weights-loaded line is a loading OOM."""
+    if m.group(1):
+        c._run_marker(line, "load")
     _set_step(c, line, "load")
     if m.group(1):
         _model_name(c, line, m.group(1))
@@ -1455,8 +1659,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
                          r"Throughput: [\d.]+ tokens/s, Running: \d+ reqs"), _stats),
     ("v0_prefix_hit_rate", re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%"), _v0_prefix_rate),
     ("preemption", re.compile(r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache "
-                              r"space(?:(?!is preempted by PreemptionMode\.).)*total_num_cumulative_preemption=(\d+)"),
-     _preempt),
+                              r"space"), _preempt),
     ("W1", re.compile(r"Loading model weights took ([\d.]+) Gi?B"), _weights),
     ("W2", re.compile(r"Model loading took ([\d.]+) GiB"), _weights),
     ("M1", re.compile(r"Memory profiling results:"), _m1),
@@ -1498,7 +1701,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
     ("mm_profile_warning", re.compile(r"is too short to hold the multi-modal embeddings in the worst case \((\d+) "
                                       r"tokens in total"), _mm_warning),
     ("mm_profile_run", re.compile(r"Starting profile run for multi-modal models"), _mm_run),
-    ("oom", re.compile(r"CUDA out of memory\. Tried to allocate " + _SZ + r"\. GPU \d+ has a total capac?i?ty of "
+    ("oom", re.compile(r"(?:CUDA out of memory\. )?Tried to allocate " + _SZ + r"\. GPU (?:\d+ )?has a total capac?i?ty of "
                        + _SZ + r" of which " + _SZ + r" is free"), _oom),
     ("oom_old", re.compile(r"CUDA out of memory\. Tried to allocate " + _SZ + r" \(GPU \d+; " + _SZ +
                            r" total capacity; " + _SZ + r" already allocated; " + _SZ + r" free"), _oom_old),
@@ -1531,6 +1734,7 @@ EVENTS: list[tuple[str, re.Pattern, Callable]] = [
      _blocks_exhausted),
     ("long_context", re.compile(r"The model has a long context length \((\d+)\)\. This may ?cause ?OOM"), _long_context),
     ("oom_other_form", re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
+                                  r"Tried to allocate [\d.]+ ?(?:GiB|MiB|KiB|bytes|GB|MB)\. GPU (?:\d+ )?has a total|"
                                   r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|HIP out of memory"),
      _oom_other_form),
     ("cuda_error", re.compile(r"CUDA error: [A-Za-z][\w ,.()/-]*|CUBLAS_STATUS_(?!ALLOC_FAILED)[A-Z_]+|"
@@ -1762,6 +1966,24 @@ def _catalog_needle_in(msg: str) -> bool:
     """Does ``msg`` hold a needle of the catalogue (a whole template's longest literal or a cut line's prefix)?
     Only then is :func:`kvdiag.catalog.match` worth calling."""
     return bool(_catalog_matcher().find_matches_as_indexes(msg[:catalog.MAX_MESSAGE]))
+
+
+# events whose lines are no catalogued memory message (banners, args, identity, write-ups): never phrase-matched
+_NO_PHRASES = {"version", "args", "architecture", "measure_pool", "measure_request", "measure_usage",
+               "v0_prefix_hit_rate", "stats_disabled"}
+
+
+@functools.lru_cache(maxsize=1)
+def _anchor_matcher() -> ahocorasick_rs.AhoCorasick:
+    return ahocorasick_rs.AhoCorasick(CATALOG_ANCHORS + ["memory", "Memory", "MEMORY", "OOM", "token", "max_seq",
+                                                         "allocat", "preempt", "Preempt"])
+
+
+def _anchor_in(msg: str) -> bool:
+    """Does ``msg`` hold a word most catalogued memory messages hold (:data:`CATALOG_ANCHORS`, memory, token, ...)?
+    Such a line, or one of five words or more, is worth a phrase match; a bare exception name (a cancelled request's
+    'asyncio.exceptions.CancelledError') is not."""
+    return bool(_anchor_matcher().find_matches_as_indexes(msg[:catalog.MAX_MESSAGE]))
 
 
 _RANGE = re.compile(r"\((\d+\.\d+)(?:-(\d+\.\d+)|\+)\)")
