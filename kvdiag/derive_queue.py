@@ -199,7 +199,8 @@ def derive_queue(bundle: Bundle) -> None:
     if g is not None:
         bundle.add("queue_grows", 1.0 if g else 0.0,
                    f"derived: waiting {values[0]:.0f} → {values[-1]:.0f} over {len(values)} sample(s)"
-                   + (f", {w['source'].iloc[0]} .. {w['source'].iloc[-1]}" if len(w) else ""))
+                   + (f", {w['source'].iloc[0]} .. {w['source'].iloc[-1]}" if len(w) else
+                      (f", {raw['source'].iloc[-1]}" if not raw.empty and "source" in raw else "")))
     if len(w) >= 2 and w["t"].iloc[-1] > w["t"].iloc[0]:
         span = float(w["t"].iloc[-1] - w["t"].iloc[0])
         bundle.add("queue_growth_rate", float(w["value"].iloc[-1] - w["value"].iloc[0]) / span,
@@ -279,8 +280,10 @@ def _limit(bundle: Bundle, level: float) -> None:
                        text="max_num_seqs")
             return
         if len(queued) >= 3 and held >= CAP_SHARE and top >= 2:
+            run_src = _last(bundle, "num_requests_running")
             bundle.add("queue_limit", top, f"derived: running held at {top:.0f} on {held:.0%} of the {len(queued)} "
-                                           "instant(s) with a queue while the pool had room: a cap (max_num_seqs)",
+                                           "instant(s) with a queue while the pool had room: a cap (max_num_seqs); "
+                                           f"running from {run_src[1] if run_src else 'the running count'}",
                        text="max_num_seqs")
             return
     budget = _last(bundle, "max_num_batched_tokens")

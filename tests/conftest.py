@@ -15,6 +15,22 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
 
+def incident_cases(bundled_only: bool = False) -> list[Path]:
+    """The fixtures/incidents case folders a test may read: the 21 bundled cases (001-032) and the *tuned* side of
+    issue 24's corpus (``tools/corpus_split.py``). Held-out cases are never read by a test: they are scored once,
+    by ``tools/score_incidents.py --held-out``. ``bundled_only``: cases 001-099 alone (the strict verdict set, and
+    the tests too slow to run per corpus case)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import corpus_split
+
+    out = []
+    for case in corpus_split.cases(FIXTURES / "incidents"):
+        number = int(case.name.split("-", 1)[0])
+        if number < 100 or (not bundled_only and corpus_split.side(case) == "tuned"):
+            out.append(case)
+    return out
+
+
 class Result:
     def __init__(self, proc: subprocess.CompletedProcess):
         self.code = proc.returncode

@@ -8,14 +8,14 @@ import re
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, incident_cases
 from kvdiag import check as chk
 from kvdiag.analyze import analyze
 from kvdiag.engine.model import load_rules
 from test_check import Endpoint, nagios
 from test_prefix_catalog import ResidencyServer
 
-INCIDENTS = sorted((FIXTURES / "incidents").glob("*/vllm.log"))
+INCIDENTS = [c / "vllm.log" for c in incident_cases()]  # bundled + the tuned corpus (never held-out)
 RESTART = "server restarted since the last check"
 
 

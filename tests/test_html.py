@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from browser import PAGE_TIMEOUT_MS, Shown, assert_clean, browser  # noqa: F401 (browser: the module's fixture)
-from conftest import FIXTURES, run_kvdiag
+from conftest import FIXTURES, run_kvdiag, incident_cases
 
-INCIDENTS = sorted(p for p in (FIXTURES / "incidents").iterdir() if (p / "vllm.log").exists())
+INCIDENTS = [c for c in incident_cases(bundled_only=True) if (c / "vllm.log").exists()]  # chromium per case: the 21
 SERIES = ("vllm033_pressure", "vllm033_quiet")
 
 

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, incident_cases
 from kvdiag.analyze import analyze
 from kvdiag.bundle import Bundle
 from kvdiag.collect.logs import UNSEEN_LISTED, is_multimodal_architecture, read_logs
@@ -393,7 +393,7 @@ def test_info_talk_and_shell_commands_are_not_trouble(tmp_path):
 
 def test_no_real_incident_has_an_unexplained_line():
     """Must show 3: none of the bundled real logs reports a 'seen, not understood' line."""
-    paths = sorted((FIXTURES / "incidents").glob("*/vllm.log")) + sorted((FIXTURES / "logs" / "real").glob("*/*.log"))
+    paths = [c / "vllm.log" for c in incident_cases(bundled_only=True)] + sorted((FIXTURES / "logs" / "real").glob("*/*.log"))
     assert len(paths) >= 21
     for p in paths:
         b = Bundle()

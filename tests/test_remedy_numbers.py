@@ -19,7 +19,7 @@ import re
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, incident_cases
 
 #: Constants some templates write for every input: they are facts of vLLM, not this server's numbers.
 GENERIC = (r"about 2x the tokens", r"\b4-bit\b", r"0\.05 margin", r"1% to spare", r"\b2x\b")
@@ -46,7 +46,7 @@ def names_why_not(text: str) -> bool:
 
 def _inputs() -> list[tuple[str, list[str]]]:
     out = [(c.name[:3], ["--log", str(c / "vllm.log")])
-           for c in sorted(p.parent for p in (FIXTURES / "incidents").glob("*/expected.yaml"))]
+           for c in incident_cases()]  # bundled + the tuned corpus (never held-out)
     for run in sorted((FIXTURES / "series").glob("vllm033_*")):
         out.append((f"{run.name}-log", ["--log", str(run / "vllm.log")]))
         pages = [a for p in sorted((run / "metrics").glob("*.prom")) for a in ("--metrics-file", str(p))]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, incident_cases
 
 from kvdiag.bundle import Bundle, InputInfo
 from kvdiag.engine.evaluate import evaluate_rule
@@ -28,7 +28,7 @@ from kvdiag.signals import SIGNALS
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 METRICS_ONLY = "fixtures/metrics/vllm033_pressure_0054.prom"
-INCIDENTS = {p.name[:3]: f"fixtures/incidents/{p.name}/vllm.log" for p in (FIXTURES / "incidents").iterdir()
+INCIDENTS = {p.name[:3]: f"fixtures/incidents/{p.name}/vllm.log" for p in incident_cases(bundled_only=True)
              if (p / "vllm.log").exists()}
 # rules whose `when` reads only what a vLLM log says (OOM texts, start-up crashes): with no log they have no evidence
 LOG_ONLY_RULES = ("WGT001", "CG001", "ENC001", "SAMPLER001", "SAMPLER002", "ACT001", "ACT002", "EXT001")

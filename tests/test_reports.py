@@ -12,13 +12,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, incident_cases
 
 import kvdiag
 
 SCHEMA = json.loads((Path(kvdiag.__file__).parent / "report" / "report.schema.json").read_text())
 GOLDEN = Path(__file__).parent / "golden"
-INCIDENTS = sorted(p.parent for p in (FIXTURES / "incidents").glob("*/expected.yaml"))
+INCIDENTS = incident_cases()  # bundled + the tuned corpus (never held-out)
 GOLDEN_CASES = ["029", "007", "005"]  # capacity pressure at runtime, sampler warm-up OOM, a co-tenant on the GPU
 FORMATS = {"text": "txt", "json": "json", "markdown": "md"}
 
