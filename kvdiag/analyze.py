@@ -99,6 +99,8 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         bundle, report = _pick_run(rules, bundle, runs, run or "last", run_notes)
         if report is not None:
             return report
+        if keep is not None:  # check's perfdata and state come from the run judged, never from another run
+            keep[:] = [bundle]
     derive(bundle)
     derive_windows(bundle)
     findings = evaluate(rules, bundle)

@@ -37,10 +37,15 @@ def test_markdown_code_spans_hold_backticks_pipes_and_html(kvdiag, tmp_path):
     rows = [line for line in res.out.splitlines() if line.startswith("| `kv_cache_usage`")]
     assert rows, res.out
     row = rows[0]
-    # the source is one code span fenced by two backticks (its own text holds one), the pipe escaped
-    assert re.search(r'\| `` metric:vllm:kv_cache_usage_perc\{[^|]*model_name="a\\\|b`c\\nd<script>x</script>"\} '
-                     r'in \S*lbl\.prom `` \|$', row), row
     assert row.count("|") - row.count("\\|") == 4               # still three cells
+    ref = re.search(r"\| \[(\d+)\] \|$", row)
+    assert ref, row
+    # the source, listed once under "Sources:", is one code span fenced by two backticks (its own text holds one);
+    # outside a table the pipe stays as it is (a backslash would show inside the span)
+    listed = res.out.split("Sources:", 1)[1].splitlines()
+    src = [line for line in listed if line.startswith(f"{ref.group(1)}. ")]
+    assert src and re.search(r'^\d+\. `` metric:vllm:kv_cache_usage_perc\{[^}]*?model_name="a\|b`c\\nd<script>x</script>"\} '
+                             r'in \S*lbl\.prom ``$', src[0]), src
     # outside code spans no raw tag
     outside = re.sub(r"``.*?``|`[^`]*`", "", res.out)
     assert "<script>" not in outside

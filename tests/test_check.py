@@ -68,7 +68,7 @@ def test_perfdata(kvdiag):
     perf = dict(p.split("=", 1) for p in line.split(" | ", 1)[1].split())
     # the thresholds are vLLM's near-full level (95 %: this log gives no block count, so no admission arithmetic),
     # printed because requests waited at it; the status (CRITICAL) honours them
-    assert perf["kv_cache_usage"] == "0.984;0.95;0.95;0;1"
+    assert perf["kv_cache_usage"] == "0.965;0.95;0.95;0;1"  # the last run's peak (run 1 reached 98.4 %)
     assert perf["waiting"] == "56;;;0"
     assert line.startswith("KVDIAG CRITICAL")
     # high usage with nothing held back prints no threshold it would not alert on
@@ -219,9 +219,11 @@ def test_textfile_is_written_atomically_with_the_series(kvdiag, tmp_path):
     problems = [s for s in firing if s.labels["severity"] != "ok"]
     assert [s.labels["rule_id"] for s in problems] == ["CAP001"]
     assert problems[0].labels["status"] == "fires"
-    # notes ("not a KV problem") fire with class healthy and severity ok: 029's benchmark prompts share no prefix
-    assert {(s.labels["rule_id"], s.labels["class"]) for s in firing if s.labels["severity"] == "ok"} == {
-        ("OK003", "healthy")}
+    # notes ("not a KV problem") are series with class healthy and severity ok; on 029's last run (10 s of stats
+    # lines) OK003 "prompts share no prefix" needs a hit-rate window of minutes, so it is unknown, not quiet
+    assert not [s for s in firing if s.labels["severity"] == "ok"]
+    ok003 = [s for s in fams["kvdiag_finding"].samples if s.labels["rule_id"] == "OK003"]
+    assert [(s.labels["class"], s.labels["status"], s.value) for s in ok003] == [("healthy", "unknown", 0.0)]
 
 
 def test_textfile_on_unknown_sets_success_zero(kvdiag, tmp_path):

@@ -18,11 +18,12 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _code(text: str) -> str:
+def _code(text: str, table: bool = True) -> str:
     """``text`` as an inline code span that no character of it can end early: the fence is one backtick longer
-    than the longest run inside (CommonMark 6.1), pipes escaped for tables, newlines flattened. Inside a code
-    span ``<script>`` is literal text."""
-    text = _cell(text)
+    than the longest run inside (CommonMark 6.1), newlines flattened, pipes escaped when the span stands in a table
+    cell (``table``; elsewhere a backslash inside a code span would show). Inside a code span ``<script>`` is
+    literal text."""
+    text = _cell(text) if table else str(text).replace("\n", " ")
     run = longest = 0
     for ch in text:
         run = run + 1 if ch == "`" else 0
@@ -66,7 +67,7 @@ def render_markdown(report: Report) -> str:
                 out.append(f"| `{e.signal}`{agg} | {_cell(_text(_fmt_value(e.value, e.unit)))} | [{index[e.source]}] |")
             out.append("")
     if srcs:
-        out += ["Sources:", ""] + [f"{i}. {_code(src)}" for i, src in enumerate(srcs, 1)] + [""]
+        out += ["Sources:", ""] + [f"{i}. {_code(src, table=False)}" for i, src in enumerate(srcs, 1)] + [""]
     if side_notes:
         out += ["## Also noted (not a KV problem)", ""] + [f"- {f.rule_id}: {_text(f.message)}" for f in side_notes]
         out += [""]
