@@ -259,6 +259,7 @@ def _rates(bundle: Bundle, since: float, saturated: bool) -> None:
     basis = (f"arrivals {arrived / span:.2f}/s ({lo:.2f}-{hi:.2f}) vs {done / span:.2f}/s completed "
              f"{'by the saturated server' if saturated else '(the server kept up)'} over {span:.0f} s, at most "
              f"{TARGET_UTILISATION:.0%} of that per replica" + kv_text)
+    basis += f" (requests finished: {c['source'].iloc[0]} .. {c['source'].iloc[-1]})"
     bundle.add("replicas_from_rates", float(n), f"derived: {basis}", text=basis)
     bundle.add("replicas_from_rates_low", float(min(n_lo, n)), f"derived: at the rates' ±2 standard error ends; {basis}")
     bundle.add("replicas_from_rates_high", float(max(n_hi, n)), f"derived: at the rates' ±2 standard error ends; {basis}")

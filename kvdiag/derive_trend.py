@@ -173,11 +173,13 @@ def derive_trend(bundle: Bundle) -> None:
                 if math.isfinite(se):
                     lo = eta_to_full(level, fit["slope"] + 2 * se)
                     hi = eta_to_full(level, fit["slope"] - 2 * se)
-                    bundle.add("kv_full_eta_low_seconds", lo, f"derived: at slope + 2 stderr ({(fit['slope'] + 2 * se) * 60:+.2%}/min)",
+                    bundle.add("kv_full_eta_low_seconds", lo, f"derived: at slope + 2 stderr ({(fit['slope'] + 2 * se) * 60:+.2%}/min) of "
+                               f"kv_cache_usage over {_span_text(usage)}",
                                t=fit["t_last"])
                     if hi <= ETA_CAP_SECONDS:
                         bundle.add("kv_full_eta_high_seconds", hi,
-                                   f"derived: at slope − 2 stderr ({(fit['slope'] - 2 * se) * 60:+.2%}/min)",
+                                   f"derived: at slope − 2 stderr ({(fit['slope'] - 2 * se) * 60:+.2%}/min) of "
+                                   f"kv_cache_usage over {_span_text(usage)}",
                                    t=fit["t_last"])
     waiting = _recent(_series(bundle, "num_requests_waiting", "sum"), since)
     if len(waiting) >= 3:

@@ -429,7 +429,9 @@ def test_live_measured_evictions_with_a_falling_hit_rate_at_low_usage_is_prefix_
     assert "le=" not in p50_src
     assert ev["prefix_cache_hit_rate_early"]["value"] > 0.5 > ev["prefix_cache_hit_rate_late"]["value"]
     status = {x["rule_id"]: x["status"] for x in rep["findings"]}
-    assert status["PFX001"] == "quiet"            # the usage proxy alone would have missed it (usage 25 %)
+    # the usage proxy alone would have missed it (usage 25 %); in a 4 s window its hit-rate trend is not judged
+    # (issue 25: a window too short for a class leaves it unknown, never quiet)
+    assert status["PFX001"] == "unknown"
     assert status["CAP001"] == "quiet"
 
 
@@ -441,8 +443,10 @@ def test_live_evictions_with_a_steady_hit_rate_are_not_prefix_eviction(kvdiag):
     rep = res.json()
     assert rep["verdict"]["primary"] == "healthy", rep["verdict"]
     f = next(x for x in rep["findings"] if x["rule_id"] == "PFX003")
-    assert f["status"] == "quiet" and "not evictions with a fall of 10 points or more" in f["message"]
-    assert "hit rate 70.0% early, 70.0% late" in f["message"]
+    # a 3 s window cannot judge a hit-rate fall (issue 25): PFX003 is unknown, never ruled out, and the verdict is
+    # still not a problem
+    assert f["status"] == "unknown", f
+    assert "too short" in " ".join(rep["notes"]) or "too short" in f["message"], (rep["notes"], f["message"])
 
 
 # --- the same run, two inputs: the log and the /metrics pages agree -----------------------------------------------------
@@ -478,10 +482,17 @@ def test_every_number_from_pages_names_its_metric_and_the_report_fits_the_schema
     pages = sorted((SERIES / run / "metrics").glob("*.prom"))
     rep = kvdiag("analyze", *[a for p in pages for a in ("--metrics-file", str(p))], "--format", "json").json()
     jsonschema.validate(rep, schema)
+    # a page is named by its file, or (with the series' times.csv beside the pages, issue 30) by its time
+    import csv
+    import datetime as dt
+
+    times = {dt.datetime.fromtimestamp(int(float(r["unix_time"])), dt.timezone.utc).strftime("@%Y-%m-%dT%H:%M:%SZ")
+             for r in csv.DictReader((SERIES / run / "times.csv").open())}
     n = 0
     for f in rep["findings"]:
         for e in f["evidence"]:
-            assert "metric:vllm:" in e["source"] and f"{run}/metrics/" in e["source"], (f["rule_id"], e)
+            named = f"{run}/metrics/" in e["source"] or any(t in e["source"] for t in times)
+            assert "metric:vllm:" in e["source"] and named, (f["rule_id"], e)
             n += 1
     assert n >= 20
 
