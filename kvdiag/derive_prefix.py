@@ -363,8 +363,9 @@ def _alloc_rate(bundle: Bundle) -> tuple[float, float, str] | None:
         t = df["_t"].to_numpy(dtype=float)
         window = float(t[-1] - t[0]) if not np.isnan(t).any() else math.nan
         rate = float((df["prompt_throughput"] + df["generation_throughput"]).mean())
-        return rate, window, (f"mean logged prompt + generation throughput ({len(df)} stats lines; before 0.16 the "
-                              "prompt part includes cached tokens, so this is an upper bound)")
+        return rate, window, (f"mean logged prompt + generation throughput ({len(df)} stats lines, "
+                              f"{df['_src'].iloc[0]} .. {df['_src'].iloc[-1]}; before 0.16 the prompt part includes "
+                              "cached tokens, so this is an upper bound)")
     return None
 
 
