@@ -138,7 +138,7 @@ def test_the_tempered_patterns_still_read_their_lines(tmp_path):
         "Process 812 has 58.00 GiB memory in use. Of the allocated memory 57.00 GiB is allocated by PyTorch\n")
     b = Bundle()
     LogCollector(b).read(str(p))
-    assert b.signal("num_preemptions")["value"].tolist() == [51.0]
+    assert b.signal("num_preemptions")["value"].tolist() == [50.0, 51.0]  # the counter stood at n − 1 just before (issue 24)
     assert b.signal("oom_other_processes_bytes")["value"].tolist() == [20.0 * GIB]
 
 
