@@ -138,6 +138,7 @@ def split_runs(bundle: Bundle, runs: list[dict]) -> list[Bundle]:
     for k in range(len(runs)):
         b = Bundle()
         b.inputs = bundle.inputs
+        b.runs_in_log = (k, list(runs))  # which run of how many (diff says so; never its numbers)
         b.model_config, b.model_config_source = bundle.model_config, bundle.model_config_source
         b.skipped_derived = list(bundle.skipped_derived)
         if hasattr(bundle, "dropped_values"):

@@ -761,7 +761,13 @@ def compare(before: Side, after: Side, allow_different_models: bool = False,
     rows = build_rows(before, after)
     for side, info in (("BEFORE", before), ("AFTER", after)):
         starts = info.bundle.signal("startup_segments")
-        if len(starts) > 1:
+        k_runs = getattr(info.bundle, "runs_in_log", None)
+        if k_runs and len(k_runs[1]) > 1:
+            k, runs = k_runs
+            warnings.append(f"{side} holds {len(runs)} server runs (from lines "
+                            f"{', '.join(str(r['line']) for r in runs[:4])}): run {k + 1} is compared, no number of "
+                            "another run is used")
+        elif len(starts) > 1:
             warnings.append(f"{side} holds {len(starts)} start-ups ({', '.join(starts['source'].astype(str)[:4])}): "
                             "each line shows its last value, from the last start-up that printed it")
         if not any(info.bundle.has(n) for n, _ in BUDGET_LINES if n not in ("max_concurrency",)):
