@@ -158,7 +158,6 @@ doc: {meaning: 'means {{ $labels.job }} {{- 1 -}}', impact: a, diagnosis: a, fal
 """
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is installed on the project's machines")
 def test_exported_title_with_a_go_template_renders_literally_in_promtool(tmp_path):
     rules = tmp_path / "rules"
     rules.mkdir()

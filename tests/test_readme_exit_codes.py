@@ -109,30 +109,10 @@ def test_row(command, code, tmp_path):
         assert res.out.startswith("KVDIAG WARNING - queueing:") and "max_num_seqs" in res.out.splitlines()[0]
 
 
-def test_record_0_through_a_loopback_endpoint(tmp_path):
-    import http.server
-    import threading
-
-    page = (FIXTURES / "metrics" / "vllm033_quiet_0030.prom").read_bytes()
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        res = run_kvdiag("record", "--metrics-url", f"http://127.0.0.1:{srv.server_port}/metrics", "--duration", "2s",
-                         "--interval", "1s", "--out", str(tmp_path / "r.om"))
-    finally:
-        srv.shutdown()
+def test_record_0_through_a_loopback_endpoint(tmp_path, static_server):
+    url = static_server((FIXTURES / "metrics" / "vllm033_quiet_0030.prom").read_bytes())
+    res = run_kvdiag("record", "--metrics-url", url, "--duration", "2s", "--interval", "1s",
+                     "--out", str(tmp_path / "r.om"))
     assert res.code == 0, res.err
     assert (tmp_path / "r.om").stat().st_size > 0
 
@@ -147,38 +127,18 @@ def test_rules_1_on_a_failing_case(tmp_path):
     assert res.code == 1, (res.out, res.err)
 
 
-def test_watch_0_left_with_ctrl_c(tmp_path):
+def test_watch_0_left_with_ctrl_c(tmp_path, static_server):
     """watch --no-tui on a loopback endpoint, Ctrl-C once it has judged a page: exit 0 and the final report."""
-    import http.server
     import signal
     import subprocess
     import sys
-    import threading
     import time
 
-    page = (FIXTURES / "metrics" / "vllm033_quiet_0030.prom").read_bytes()
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "kvdiag", "watch", f"http://127.0.0.1:{srv.server_port}/metrics",
-                                 "--no-tui", "--interval", "500ms"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        time.sleep(4)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        srv.shutdown()
+    url = static_server((FIXTURES / "metrics" / "vllm033_quiet_0030.prom").read_bytes())
+    proc = subprocess.Popen([sys.executable, "-m", "kvdiag", "watch", url, "--no-tui", "--interval", "500ms"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, (out[-800:], err[-800:])
     assert "Traceback" not in err and out.strip(), err[-800:]
