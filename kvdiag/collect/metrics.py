@@ -471,6 +471,49 @@ def split_by_time(text: str) -> list[tuple[float, str]] | None:
     return [(ts, "\n".join(lines) + "\n# EOF\n") for ts, lines in sorted(pages.items())]
 
 
+def _recording_ends(text: str) -> tuple[str, list[str]]:
+    """Where an OpenMetrics recording really ends: ``(text to read, notes)``.
+
+    OpenMetrics ends at ``# EOF``: lines after it are skipped (a note counts them). A recording *without* ``# EOF``
+    whose samples carry Unix-second timestamps (the text format's are milliseconds) was cut — a recorder killed or
+    still writing, a copy cut short: it is read as the recording it is, not as one page of 1970 instants, ending at
+    its last whole family (a family cut mid-way, whose histograms would lack buckets, is dropped, named in a note).
+    Any other text comes back unchanged (a page, or one that fails later with its line)."""
+    notes: list[str] = []
+    eof = re.search(r"(?m)^# EOF[ \t]*(?:\r?\n|$)", text)
+    if eof is not None:
+        rest = text[eof.end():]
+        extra = sum(1 for ln in rest.splitlines() if ln.strip())
+        if extra:
+            notes.append(f"{extra:,} line(s) after '# EOF' skipped (an OpenMetrics recording ends at '# EOF')")
+            return text[:eof.end()], notes
+        return text, notes
+    if "\x00" in text:
+        return text, notes
+    whole = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
+    lines = whole.splitlines()
+    cut_family = None
+    if whole != text:  # cut inside a line: the family it cut is dropped whole (its last instant is incomplete)
+        headers = [i for i, ln in enumerate(lines) if ln.startswith(("# TYPE ", "# HELP ", "# UNIT "))]
+        if headers:
+            first = headers[-1]
+            while first - 1 in headers and lines[first - 1].split(None, 3)[2:3] == lines[first].split(None, 3)[2:3]:
+                first -= 1
+            parts = lines[first].split(None, 3)
+            cut_family = parts[2] if len(parts) > 2 else "?"
+            lines = lines[:first]
+    candidate = "\n".join(lines) + "\n# EOF\n"
+    try:
+        if not split_by_time(candidate):
+            return text, notes
+    except InputError:
+        return text, notes
+    notes.append("no '# EOF' at the end: the recording was cut (a recorder killed or still writing); "
+                 + (f"read up to the family it cut inside, {cut_family}, which is dropped" if cut_family
+                    else "read to its last line"))
+    return candidate, notes
+
+
 #: 1e10 Unix seconds is the year 2286: a larger OpenMetrics timestamp is likely milliseconds (the range itself is
 #: :data:`kvdiag.numbers.MAX_UNIX_S`, 2200, as for every input)
 MAX_UNIX_SECONDS = 1e10
@@ -498,6 +541,7 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, a
 
     text = read_text(path)  # bounded; a recording kept compressed (record … | gzip, fixtures/lab/) decompressed
     page_info = info if info is not None else PageInfo()
+    text, early = _recording_ends(text)
     if text.rstrip().endswith("# EOF") and "\x00" not in text:
         try:
             instants = split_by_time(text)
@@ -511,6 +555,7 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, a
             res.observations += add_page(bundle, parse_page(page, f"{path} @ {ts:.3f}", openmetrics=True,
                                                             dropped=page_info.dropped), path, ts, page_info)
         res.notes.append(f"recording: {len(instants)} instant(s) {iso(instants[0][0])} .. {iso(instants[-1][0])}")
+        res.notes += early
     else:
         families = parse_page(text, path, dropped=page_info.dropped)
         res = InputInfo(kind="metrics-file", name=path, records=1)
