@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .bundle import Bundle
+from .bundle import Bundle, InputInfo
 from .collect.logs import read_logs
 from .collect.metrics import HttpOptions, WindowInterrupt, merge_target, read_metrics_file, scrape_targets
 from .derive import derive
@@ -85,8 +85,18 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
         read_logs(bundle, list(logs), year=year)
     from .pages import expand
 
-    for path, at, at_source in expand(metrics_files):  # files, folders, globs, times.csv
-        read_metrics_file(bundle, path, at=at, at_source=at_source)
+    pages = list(expand(metrics_files))  # files, folders, globs, times.csv
+    unread: list[InputError] = []
+    for path, at, at_source in pages:
+        try:
+            read_metrics_file(bundle, path, at=at, at_source=at_source)
+        except InputError as exc:  # one of several inputs: listed as not read, the others judged
+            if len(pages) + len(logs) + len(metrics_urls) == 1:
+                raise
+            unread.append(exc)
+            bundle.inputs.append(InputInfo(kind="metrics-file", name=path, notes=[f"not read: {exc}"]))
+    if unread and len(unread) == len(pages) and not logs and not metrics_urls:
+        raise unread[0]
     if metrics_urls:  # all at once, each into its own bundle, then into this one in the order given
         with interrupt:
             targets = scrape_targets(list(metrics_urls), duration, interval, http or HttpOptions(), progress,
@@ -117,6 +127,8 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
                             "(2 × layers × kv_heads × head_dim × dtype_bytes; planning estimate)")
     report.notes += run_notes
     report.notes += restart_notes(bundle)
+    report.notes += [f"input not read, judged without it: {n.removeprefix('not read: ')}" for i in bundle.inputs
+                     for n in i.notes if n.startswith("not read: ")]
     if interrupt.note:
         report.notes.append(interrupt.note)
     report.charts = build_charts(bundle, findings, report.notes)

@@ -2017,14 +2017,29 @@ def read_logs(bundle: Bundle, paths: list[str], year: int | None = None,
         year: year of the first yearless timestamp (default: each file's date).
         progress: show a progress bar on stderr for inputs over 64 MiB; ``None`` = only on a terminal.
 
+    Of several logs, one that cannot be read (missing, empty, binary, unreadable) is listed in ``bundle.inputs``
+    with ``not read: <why>`` as its note and the others are read: a partial input still gives a report.
+
     Raises:
-        InputError: a path is missing, a directory, empty, binary or a broken archive.
+        InputError: the only path, or every path, is missing, a directory, empty, binary or a broken archive.
     """
     collector = LogCollector(bundle, year=year)
     show = sys.stderr.isatty() if progress is None else progress
     infos = []
-    for path in order_paths(list(paths)):
-        infos.append(collector.read(path, progress=_progress_bar(path) if show else None))
+    ordered = order_paths(list(paths))
+    failed: list[InputError] = []
+    for path in ordered:
+        try:
+            infos.append(collector.read(path, progress=_progress_bar(path) if show else None))
+        except InputError as exc:
+            if len(ordered) == 1:
+                raise
+            failed.append(exc)
+            info = InputInfo(kind="log", name=path, notes=[f"not read: {exc}"])
+            bundle.inputs.append(info)
+            infos.append(info)
+    if failed and len(failed) == len(ordered):
+        raise failed[0]
     return infos
 
 
