@@ -395,7 +395,7 @@ def builtin_rules_dir() -> Path:
 
 
 def yaml_files(folder: Path, what: str = "rules") -> list[Path]:
-    """Every ``*.yaml`` under ``folder`` (recursively, sorted).
+    """Every ``*.yaml`` and ``*.yml`` under ``folder`` (recursively, sorted).
 
     Raises:
         RuleFileError: ``folder`` is missing, is a file, or it or a folder inside cannot be read.
@@ -417,7 +417,7 @@ def yaml_files(folder: Path, what: str = "rules") -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
-        out += [Path(root) / f for f in files if f.endswith(".yaml")]
+        out += [Path(root) / f for f in files if f.endswith((".yaml", ".yml"))]
     return sorted(out)
 
 
@@ -431,12 +431,16 @@ def load_rules(extra_dirs: list[str] | None = None) -> list[Rule]:
     rules: list[Rule] = []
     seen: dict[str, str] = {}
     for d in dirs:
+        found = 0
         for path in yaml_files(d, "rules"):
             if path.parent.name == "cases" or path.name.startswith("_"):
                 continue
+            found += 1
             rule = load_rule(path)
             if rule.id in seen:
                 raise RuleFileError(f"{path}: rule id {rule.id} already defined in {seen[rule.id]}")
             seen[rule.id] = str(path)
             rules.append(rule)
+        if not found:  # --rules DIR that holds no rule: a wrong folder, never silently nothing
+            raise RuleFileError(f"{d}: no rule files (*.yaml, *.yml) in this folder")
     return rules
