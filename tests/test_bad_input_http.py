@@ -405,3 +405,31 @@ def test_prometheus_nan_points_are_noted(server):
     assert inst == "a" and not b.has("kv_cache_usage")
     notes = " ".join(b.inputs[0].notes)
     assert "kv_cache_usage: NaN ×1" in notes and "kv_cache_usage: +Inf ×1" in notes, notes
+
+
+def test_prometheus_infinite_resets_never_reach_a_note(server):
+    """A ``resets()`` answer of 1e400 (+Inf as a float) is an out-of-domain value, dropped and counted, never
+    "num_preemptions fell inf time(s)" (breaker pass, session 7)."""
+    from kvdiag.analyze import restart_notes
+    from kvdiag.collect.prometheus import collect_fleet
+
+    class Prom(_Srv):
+        def do_GET(self):  # noqa: N802
+            if "query_range" in self.path:
+                res = {"resultType": "matrix", "result": [{"metric": {"instance": "a"}, "values": [[1, "0.5"]]}]}
+            else:
+                value = "1e400" if "resets" in self.path else "1"
+                res = {"resultType": "vector", "result": [{"metric": {"instance": "a"}, "value": [2, value]}]}
+            self._send(200, json.dumps({"status": "success", "data": res}).encode(), "application/json")
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prom)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        ((inst, b),) = collect_fleet(f"http://127.0.0.1:{srv.server_address[1]}", "", 0.0, 600.0, 60.0,
+                                     HttpOptions(timeout=3))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert not b.has("counter_resets")
+    assert not any("inf" in n for n in restart_notes(b)), restart_notes(b)
+    assert "counter_resets: +Inf ×1" in " ".join(b.inputs[0].notes), b.inputs[0].notes

@@ -393,7 +393,9 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
     q = f"sum by (instance) (resets({series('num_preemptions_total', sel)}[{w}]))"
     for r in client.query(q, end):
         v = float(r["value"][1])
-        if v > 0:
+        if math.isnan(v) or v == 0:  # NaN: no samples in the window
+            continue
+        if not bad(_inst(r), "counter_resets", v) and math.isfinite(v) and v > 0:  # 1e400 → inf: dropped, counted
             bundle(_inst(r)).add("counter_resets", v, f"promql:resets(num_preemptions_total[{w}])@{at_end}", t=end,
                                  text="num_preemptions")
     for base, (stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
