@@ -62,12 +62,25 @@ def check_output_target(path: str, option: str, inputs: list[str] | tuple[str, .
             raise InputError(f"{option} {path}: not a regular file (a device or pipe); kvdiag writes reports "
                              "only to files (leave the option out for standard output)")
         for src in inputs:
-            try:
-                if src and src != "-" and os.path.exists(src) and os.path.samefile(src, target):
-                    raise InputError(f"{option} {path}: is also an input ({src}); kvdiag never overwrites its input")
-            except OSError:
-                continue
+            if src and src != "-" and _covers(src, target):
+                raise InputError(f"{option} {path}: is also an input ({src}); kvdiag never overwrites its input")
     return target
+
+
+def _covers(src: str, target: Path) -> bool:
+    """Whether the input ``src`` — a file, a folder read whole, or a glob (``--metrics-file 'run/*.prom'``) —
+    includes the existing file ``target``."""
+    import glob
+
+    try:
+        if any(ch in src for ch in "*?[") and not os.path.exists(src):
+            return any(os.path.samefile(g, target) for g in glob.glob(src) if os.path.isfile(g))
+        if os.path.isdir(src):
+            real = os.path.realpath(target)
+            return os.path.commonpath([real, os.path.realpath(src)]) == os.path.realpath(src)
+        return os.path.exists(src) and os.path.samefile(src, target)
+    except (OSError, ValueError):
+        return False
 
 
 def atomic_write(path: str | Path, text: str) -> None:
