@@ -7,7 +7,8 @@ from pathlib import Path
 
 from .bundle import Bundle, InputInfo
 from .collect.logs import read_logs
-from .collect.metrics import HttpOptions, WindowInterrupt, merge_target, read_metrics_file, scrape_targets
+from .collect.metrics import (STOPPED_ANSWERING, HttpOptions, WindowInterrupt, merge_target, read_metrics_file,
+                              scrape_targets)
 from .derive import derive
 from .engine.evaluate import evaluate, require_keeping_up, short_window, unexplained_failures, verdict
 from .engine.model import load_rules
@@ -129,6 +130,7 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     report.notes += restart_notes(bundle)
     report.notes += [f"input not read, judged without it: {n.removeprefix('not read: ')}" for i in bundle.inputs
                      for n in i.notes if n.startswith("not read: ")]
+    report.notes += [f"{i.name}: {n}" for i in bundle.inputs for n in i.notes if n.startswith(STOPPED_ANSWERING)]
     if interrupt.note:
         report.notes.append(interrupt.note)
     report.charts = build_charts(bundle, findings, report.notes)

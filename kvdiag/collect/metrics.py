@@ -632,6 +632,11 @@ def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tu
     return families, t
 
 
+STOPPED_ANSWERING = "the endpoint stopped answering"
+"""The start of the input note :func:`scrape_targets` writes when a window's last scrapes failed (a report lifts it
+to its top notes: a server that died mid-window is the first thing to know)."""
+
+
 @dataclass
 class Target:
     """One /metrics endpoint being scraped: its bundle, what was read, and why it failed (if it did).
@@ -651,6 +656,8 @@ class Target:
     fetch_url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     closed: bool = False
+    failing: int = 0  # scrapes failed in a row since the last good one
+    last_good: float | None = None  # when the last good scrape was taken (Unix seconds)
 
 
 class WindowInterrupt:
@@ -712,6 +719,7 @@ def _scrape_loop(target: Target, session: requests.Session, duration: float, int
                     return
                 target.info.observations += add_page(target.bundle, families, target.url, t, target.page)
                 target.info.records += 1
+                target.failing, target.last_good = 0, t
                 if on_page is not None:
                     on_page(families, t)
                 u = target.bundle.signal("kv_cache_usage") if target.bundle.has("kv_cache_usage") else None
@@ -729,6 +737,7 @@ def _scrape_loop(target: Target, session: requests.Session, duration: float, int
                     target.error = str(exc)
                     return
                 target.info.skipped += 1
+                target.failing += 1
                 if len(target.info.notes) < 5:
                     target.info.notes.append(f"scrape failed: {exc}")
         n += 1
@@ -821,6 +830,10 @@ def scrape_targets(urls: list[str], duration: float, interval: float, opts: Http
             tg.info.notes.append("no scrape finished before the interrupt")
         elif tg.info.observations == 0 and not tg.error:
             tg.info.notes.append("no vllm: series on this endpoint")
+        if tg.failing >= 2 and tg.last_good is not None and not tg.error:
+            tg.info.notes.insert(0, f"{STOPPED_ANSWERING} after its last good scrape at {iso(tg.last_good)}: the "
+                                    f"last {tg.failing} scrape(s) of the window failed (server down or restarting?); "
+                                    "judged on what came before")
         tg.info.notes += tg.page.notes()
         tg.bundle.inputs.append(tg.info)
     return targets
