@@ -8,13 +8,13 @@ from pathlib import Path
 from .bundle import Bundle
 from .collect.logs import read_logs
 from .collect.metrics import HttpOptions, WindowInterrupt, merge_target, read_metrics_file, scrape_targets
-from .derive import derive
+from .derive.core import derive
 from .engine.evaluate import evaluate, require_keeping_up, short_window, unexplained_failures, verdict
 from .engine.model import load_rules
 from .errors import InputError
 from .report.model import InstanceReport, Report
 from .timeline import build_charts
-from .windows import derive_windows
+from .derive.windows import derive_windows
 
 
 def load_model_config(path: str) -> dict:

@@ -40,7 +40,7 @@ import yaml
 
 from .engine.model import Node, Rule
 from .errors import InputError
-from .derive_trend import TREND_SECONDS
+from .derive.trend import TREND_SECONDS
 from .signals import METRIC_TO_SIGNAL, SIGNALS
 
 _AGG_FN = {"max": "max_over_time", "min": "min_over_time", "mean": "avg_over_time", "last": "last_over_time",
@@ -175,7 +175,7 @@ def _load_records(w: Window) -> list[dict]:
     increases (range ``s``: four sub-steps, at least 60 s) summed over the window where usage was below
     :data:`~kvdiag.derive_prefix.LOW_LOAD` / at least :data:`~kvdiag.derive_prefix.HIGH_LOAD`; a side's hit rate
     only when it holds :data:`~kvdiag.derive_prefix.MIN_SHARE` of the window's queries."""
-    from .derive_prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
+    from .derive.prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
 
     sub_step = max(_seconds(w.res), math.ceil(w.seconds / 500))
     rng = _dur(max(4 * sub_step, 60.0))
@@ -307,7 +307,7 @@ def condition_expr(node: Node, window: Window | str) -> str:
         return f"{_per_name(f'increase({{m}}[{w.window}])', names)} {_OP[c.op]} {_fmt(c.value)}"
     if c.signal == "kv_cache_usage_over_level":  # kvdiag/derive_queue.py; PromQL has no block arithmetic: the 95 %
         # level kvdiag itself uses when the pool's size is not known
-        from .derive_queue import FALLBACK_NEAR_FULL
+        from .derive.queue import FALLBACK_NEAR_FULL
 
         if c.agg != "last":
             raise NotExportable(f"agg {c.agg} on kv_cache_usage_over_level")
@@ -318,8 +318,8 @@ def condition_expr(node: Node, window: Window | str) -> str:
         # waiting at an instant of usage at the level (derive_dynamics 90 %; derive_queue's near-full level, 95 % here)
         if c.agg != "max":
             raise NotExportable(f"agg {c.agg} on {c.signal}")
-        from .derive_dynamics import WAITING_FULL_USAGE
-        from .derive_queue import FALLBACK_NEAR_FULL
+        from .derive.dynamics import WAITING_FULL_USAGE
+        from .derive.queue import FALLBACK_NEAR_FULL
 
         level = WAITING_FULL_USAGE if c.signal == "num_requests_waiting_when_full" else FALLBACK_NEAR_FULL
         terms = [f"max {_BY} (max_over_time(({wn} and {u} >= {_fmt(level)})[{w.window}:]))"
@@ -548,9 +548,9 @@ def export_prometheus(rules: list[Rule], window: str = "5m", for_: str | None = 
 def _kvdiag_value(rule: Rule, case, window: str) -> float:
     """kvdiag's own value of the rule's first exported condition on ``case`` (the alert's ``$value``), from the
     engine's derive and aggregation: the promtool test then checks Prometheus computes the same number."""
-    from .derive import derive
+    from .derive.core import derive
     from .engine.evaluate import _aggregate_signal
-    from .windows import derive_windows
+    from .derive.windows import derive_windows
 
     first: list = []
     tree_expr(rule.when, Window(window), [], first)

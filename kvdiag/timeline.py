@@ -125,7 +125,7 @@ def build_series(bundle: Bundle) -> dict:
     p, g = _last(bundle, "request_prompt_tokens_mean"), _last(bundle, "request_generation_tokens_mean")
     run = _series(bundle, "num_requests_running", "sum")
     if p is not None and g is not None and p.value >= 0 and g.value >= 0 and not run.empty:
-        from .derive_prefix import demand_tokens
+        from .derive.prefix import demand_tokens
 
         wait = _series(bundle, "num_requests_waiting", "sum")
         df = run.merge(wait[["t", "value"]], on="t", how="left", suffixes=("", "_w")) if not wait.empty else \

@@ -9,8 +9,8 @@ import pytest
 
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import add_page, parse_page
-from kvdiag.derive import derive
-from kvdiag.windows import derive_windows
+from kvdiag.derive.core import derive
+from kvdiag.derive.windows import derive_windows
 
 
 def _page(metrics: dict, labels: str = 'engine="0",model_name="m"', extra: str = "") -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvdiag.bundle import Bundle
-from kvdiag.derive import activation_from_peak_torch, derive, utilization_for_tokens
+from kvdiag.derive.core import activation_from_peak_torch, derive, utilization_for_tokens
 from kvdiag.signals import SIGNALS
 
 GIB = 2**30
@@ -112,7 +112,7 @@ def test_sampler_rows_from_the_model_config():
     b = Bundle()
     b.model_config, b.model_config_source = {"vocab_size": 151936}, "config.json"
     b.add("cuda_oom", 594 * 2**20, "log:x:4", text="sampler")
-    from kvdiag.derive import _shares  # only the share maths: the capacity model needs a full config
+    from kvdiag.derive.core import _shares  # only the share maths: the capacity model needs a full config
     _shares(b)
     assert b.signal("sampler_warmup_rows")["value"].iloc[0] == pytest.approx(1025, abs=1)   # max_num_seqs 1024
 

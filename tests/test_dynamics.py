@@ -1,4 +1,4 @@
-"""Dynamics signals (kvdiag/derive_dynamics.py): token occupancy of a full pool, prefix hits per second."""
+"""Dynamics signals (kvdiag/derive/dynamics.py): token occupancy of a full pool, prefix hits per second."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import parse_page, add_page, PageInfo
-from kvdiag.derive import derive
-from kvdiag.derive_dynamics import thirds_per_second, token_occupancy
-from kvdiag.windows import derive_windows
+from kvdiag.derive.core import derive
+from kvdiag.derive.dynamics import thirds_per_second, token_occupancy
+from kvdiag.derive.windows import derive_windows
 
 
 def test_token_occupancy_is_tokens_over_reserved_slots():

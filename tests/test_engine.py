@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from kvdiag.bundle import Bundle
-from kvdiag.derive import derive, increase
+from kvdiag.derive.core import derive, increase
 from kvdiag.engine.evaluate import evaluate_rule, render, verdict
 from kvdiag.engine.model import builtin_rules_dir, load_rule, load_rules, parse_duration
 from kvdiag.errors import RuleFileError

@@ -15,13 +15,13 @@ import yaml
 
 from conftest import FIXTURES, ROOT
 from kvdiag.bundle import Bundle
-from kvdiag.derive import derive
-from kvdiag.derive_trend import eta_to_full, linear_trend
+from kvdiag.derive.core import derive
+from kvdiag.derive.trend import eta_to_full, linear_trend
 from kvdiag.engine.cases import load_cases
 from kvdiag.engine.evaluate import evaluate_rule
 from kvdiag.engine.model import load_rule, load_rules
 from kvdiag.export import exportable_alerts, promtool_tests
-from kvdiag.windows import derive_windows
+from kvdiag.derive.windows import derive_windows
 from services import PROMTOOL
 
 SERIES = FIXTURES / "series" / "forecast"

@@ -323,12 +323,12 @@ def test_restart_and_cut_short_window_are_marked():
     """A counter that falls mid-window (the derivation's counter_resets) and a window cut short by an interrupt are
     dashed markers of the timeline, named in its data-markers."""
     from kvdiag.bundle import Bundle
-    from kvdiag.derive import derive
+    from kvdiag.derive.core import derive
     from kvdiag.engine.evaluate import Verdict
     from kvdiag.report.formats import RENDERERS
     from kvdiag.report.model import Report
     from kvdiag.timeline import build_charts
-    from kvdiag.windows import derive_windows
+    from kvdiag.derive.windows import derive_windows
 
     b = Bundle()
     t0 = 1_780_000_000.0

@@ -17,9 +17,9 @@ from conftest import FIXTURES
 
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import add_page, parse_page, split_by_time
-from kvdiag.derive import derive
-from kvdiag.derive_queue import grows, near_full_level, poisson_range, replicas_for
-from kvdiag.windows import derive_windows
+from kvdiag.derive.core import derive
+from kvdiag.derive.queue import grows, near_full_level, poisson_range, replicas_for
+from kvdiag.derive.windows import derive_windows
 
 
 def _pages(path):

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-import kvdiag.derive as derive_mod
+import kvdiag.derive.core as derive_mod
 from kvdiag.bundle import Bundle
 from kvdiag.collect.logs import LogCollector
-from kvdiag.derive import derive, oom_phase
+from kvdiag.derive.core import derive, oom_phase
 from kvdiag.errors import ExitStatus
 
 GIB = 2**30

@@ -1,6 +1,6 @@
 """Prefix-cache eviction and its look-alikes, KV demand from length histograms, the usage-gauge split (issue 6).
 
-Hand-computed arithmetic for every formula of kvdiag/derive_prefix.py; the vLLM 0.33 series against their truth;
+Hand-computed arithmetic for every formula of kvdiag/derive/prefix.py; the vLLM 0.33 series against their truth;
 a live /metrics endpoint (prometheus-client on 127.0.0.1) exposing the --kv-cache-metrics residency histograms.
 """
 
@@ -20,12 +20,12 @@ import pytest
 from conftest import FIXTURES
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import add_page, parse_page
-from kvdiag.derive import derive
-from kvdiag.derive_prefix import (decumulate, demand_tokens, fit_requests_observed, hit_rate_by_load,
+from kvdiag.derive.core import derive
+from kvdiag.derive.prefix import (decumulate, demand_tokens, fit_requests_observed, hit_rate_by_load,
                                   readmissions_counted, replicas_needed, retention_seconds, rolling_rate_by_load)
 from kvdiag.engine.evaluate import evaluate_rule
 from kvdiag.engine.model import load_rules
-from kvdiag.windows import derive_windows
+from kvdiag.derive.windows import derive_windows
 
 SERIES = FIXTURES / "series"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..bundle import Bundle
-from ..derive import increase
+from ..derive.core import increase
 from ..signals import SIGNALS
 from .model import Condition, Node, Rule, spec_ok
 

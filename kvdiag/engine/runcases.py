@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..derive import derive
-from ..windows import derive_windows
+from ..derive.core import derive
+from ..derive.windows import derive_windows
 from ..errors import RuleFileError
 from .cases import Case, find_case_files, load_cases
 from .evaluate import evaluate_rule

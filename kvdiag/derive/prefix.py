@@ -25,8 +25,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
-from .derive import increase
+from ..bundle import Bundle
+from .core import increase
 
 LOW_LOAD = 0.50
 """kv_cache_usage below this: the pool had room, cached prefixes were rarely evicted."""

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from . import capacity
-from .bundle import Bundle
-from .errors import InputError
+from .. import capacity
+from ..bundle import Bundle
+from ..errors import InputError
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's default ``gpu_memory_utilization`` through 0.16 (0.92 from 0.24, reference §1.4)."""

@@ -19,13 +19,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
-from .derive import increase
-from .derive_prefix import derive_prefix
-from .derive_queue import derive_queue
-from .derive_dynamics import derive_dynamics
-from .derive_trend import derive_trend
-from .signals import WINDOW_HISTOGRAMS
+from ..bundle import Bundle
+from .core import increase
+from .prefix import derive_prefix
+from .queue import derive_queue
+from .dynamics import derive_dynamics
+from .trend import derive_trend
+from ..signals import WINDOW_HISTOGRAMS
 
 HIGH_USAGE = 0.95
 

@@ -28,9 +28,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
-from .derive import increase
-from .derive_prefix import _aligned, _last
+from ..bundle import Bundle
+from .core import increase
+from .prefix import _aligned, _last
 
 #: usage at or above which an instant counts as "the pool is full" for the occupancy estimate
 FULL_USAGE = 0.90

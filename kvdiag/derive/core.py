@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
+from ..bundle import Bundle
 
 def increase(values: pd.Series) -> float:
     """Increase of a counter over its samples, with Prometheus counter-reset semantics.
@@ -409,7 +409,7 @@ def derive(bundle: Bundle) -> None:
         bundle.add("kv_capacity_tokens", nb * bs[0],
                    f"derived: num_gpu_blocks {nb:,.0f} ({blocks['source'].iloc[-1]}) × block_size {bs[0]:.0f} ({bs[1]})")
     if bundle.model_config is not None:
-        from .derive_capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity/)
+        from .capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity/)
 
         derive_capacity(bundle)
     _util_needed_from_log(bundle)

@@ -1,0 +1,1 @@
+"""Derived signals: what kvdiag computes from the collected ones (see :data:`STEPS`)."""
