@@ -8,13 +8,12 @@ from pathlib import Path
 from .bundle import Bundle
 from .collect.logs import read_logs
 from .collect.metrics import HttpOptions, WindowInterrupt, merge_target, read_metrics_file, scrape_targets
-from .derive.core import derive
+from .derive import derive_all
 from .engine.evaluate import evaluate, require_keeping_up, short_window, unexplained_failures, verdict
 from .engine.model import load_rules
 from .errors import InputError
 from .report.model import InstanceReport, Report
 from .timeline import build_charts
-from .derive.windows import derive_windows
 
 
 def load_model_config(path: str) -> dict:
@@ -101,8 +100,7 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
             return report
         if keep is not None:  # check's perfdata and state come from the run judged, never from another run
             keep[:] = [bundle]
-    derive(bundle)
-    derive_windows(bundle)
+    derive_all(bundle)
     findings = evaluate(rules, bundle)
     window_note = short_window(findings, rules, bundle)
     start, end = bundle.window()
@@ -200,8 +198,7 @@ def restart_notes(bundle: Bundle) -> list[str]:
 
 def _judge(rules, bundle: Bundle):
     """Derived signals, window signals, rules → (verdict, findings) of one server's bundle."""
-    derive(bundle)
-    derive_windows(bundle)
+    derive_all(bundle)
     findings = evaluate(rules, bundle)
     window_note = short_window(findings, rules, bundle)
     return require_keeping_up(_guard(verdict(findings, unexplained_failures(bundle)), bundle), bundle,

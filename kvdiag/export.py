@@ -548,15 +548,13 @@ def export_prometheus(rules: list[Rule], window: str = "5m", for_: str | None = 
 def _kvdiag_value(rule: Rule, case, window: str) -> float:
     """kvdiag's own value of the rule's first exported condition on ``case`` (the alert's ``$value``), from the
     engine's derive and aggregation: the promtool test then checks Prometheus computes the same number."""
-    from .derive.core import derive
+    from .derive import derive_all
     from .engine.evaluate import _aggregate_signal
-    from .derive.windows import derive_windows
 
     first: list = []
     tree_expr(rule.when, Window(window), [], first)
     bundle = case.bundle()
-    derive(bundle)
-    derive_windows(bundle)
+    derive_all(bundle)
     return _aggregate_signal(bundle, first[0].signal, first[0].agg)[0]
 
 

@@ -388,19 +388,8 @@ def _util_needed_from_log(bundle: Bundle) -> None:
                text="priced at the pool's own KV bytes per token")
 
 
-def derive(bundle: Bundle) -> None:
-    """Add derived facts to ``bundle`` (in place).
-
-    Adds, when their inputs exist:
-
-    * ``kv_capacity_tokens`` = last ``num_gpu_blocks`` (> 0) × last ``block_size`` (tokens);
-    * ``kv_bytes_per_token`` and ``kv_capacity_tokens_from_config`` (= KV memory / bytes per
-      token) when a model config was given;
-    * ``partial_block_waste_bound_tokens`` = max running × (block_size − 1) and its share of the
-      pool, ``partial_block_waste_bound_ratio`` (reference §3.2: each sequence leaves at most
-      ``block_size − 1`` empty slots in its last block);
-    * ``prefix_cache_hit_rate_early`` / ``_late`` / ``_drop`` over the window.
-    """
+def derive_pool(bundle: Bundle) -> None:
+    """Add ``kv_capacity_tokens`` = last ``num_gpu_blocks`` (> 0) × last ``block_size`` (tokens) to ``bundle``."""
     blocks = bundle.signal("num_gpu_blocks")
     blocks = blocks[blocks["value"] > 0]
     bs = _last(bundle, "block_size")
@@ -408,11 +397,31 @@ def derive(bundle: Bundle) -> None:
         nb = float(blocks["value"].iloc[-1])
         bundle.add("kv_capacity_tokens", nb * bs[0],
                    f"derived: num_gpu_blocks {nb:,.0f} ({blocks['source'].iloc[-1]}) × block_size {bs[0]:.0f} ({bs[1]})")
+
+
+def derive_memory(bundle: Bundle) -> None:
+    """Add the capacity model's signals when a model config was given (:func:`kvdiag.derive.capacity.derive_capacity`:
+    ``kv_bytes_per_token``, ``kv_capacity_tokens_from_config``, ...), then ``gpu_memory_utilization_needed`` from the
+    log when the model gave none (:func:`_util_needed_from_log`)."""
     if bundle.model_config is not None:
         from .capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity/)
 
         derive_capacity(bundle)
     _util_needed_from_log(bundle)
+
+
+def derive_startup(bundle: Bundle) -> None:
+    """Add the block and start-up facts to ``bundle`` (in place).
+
+    Adds, when their inputs exist:
+
+    * ``partial_block_waste_bound_tokens`` = max running × (block_size − 1) and its share of the
+      pool, ``partial_block_waste_bound_ratio`` (reference §3.2: each sequence leaves at most
+      ``block_size − 1`` empty slots in its last block);
+    * the block overhead, the activation peak, the multimodal worst case, the OOM phases, start-up crashes and the
+      memory shares an OOM's remedies quote.
+    """
+    bs = _last(bundle, "block_size")
     pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
     running = bundle.signal("num_requests_running")
     running = running[running["value"].notna()]
@@ -431,6 +440,10 @@ def derive(bundle: Bundle) -> None:
     _oom_phases(bundle)
     _startup_crashes(bundle)
     _shares(bundle)
+
+
+def derive_hit_rate_thirds(bundle: Bundle) -> None:
+    """Add ``prefix_cache_hit_rate_early`` / ``_late`` / ``_drop`` over the window (:func:`_thirds_rate`)."""
     rates = _thirds_rate(bundle)
     if rates:
         early, late, src = rates

@@ -528,8 +528,6 @@ def derive_prefix(bundle: Bundle) -> None:
 
     * ``prefix_cache_hit_rate_low_load`` / ``_high_load`` / ``_load_drop`` (:func:`hit_rate_by_load`; from the V1
       log's rolling rate when there are no counters);
-    * ``prefix_cache_hit_rate_early`` / ``_late`` / ``_drop`` from a V0 cumulative hit rate, de-cumulated
-      (:func:`decumulate`) — only when no counters gave them;
     * ``kv_block_alloc_tokens_per_second`` and ``prefix_cache_retention_seconds`` (:func:`retention_seconds`);
     * ``prefix_cache_readmission_preemptions`` for a 0.9-0.11 server that preempted (the hit rate is inflated);
     * ``kv_demand_tokens`` / ``kv_demand_ratio`` / ``kv_fit_requests`` (:func:`demand_tokens`; needs the length
@@ -539,7 +537,6 @@ def derive_prefix(bundle: Bundle) -> None:
     * ``hybrid_block_size`` when block_size is above 128 tokens (the hybrid block floor of the prefix cache).
     """
     _load_split(bundle)
-    _cumulative_thirds(bundle)
     _retention(bundle)
     _readmissions(bundle)
     _demand(bundle)
