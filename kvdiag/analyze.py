@@ -139,8 +139,7 @@ def split_runs(bundle: Bundle, runs: list[dict]) -> list[Bundle]:
         b.runs_in_log = (k, list(runs))  # which run of how many (diff says so; never its numbers)
         b.model_config, b.model_config_source = bundle.model_config, bundle.model_config_source
         b.skipped_derived = list(bundle.skipped_derived)
-        if hasattr(bundle, "dropped_values"):
-            b.dropped_values = bundle.dropped_values
+        b.dropped_values = bundle.dropped_values
         lo, hi = starts[k], starts[k + 1]
         for sig, t, seq, v, text, src, seg in bundle._rows:
             if src.startswith("log:") and not lo <= seq < hi:
@@ -212,7 +211,7 @@ def _guard(v, bundle: Bundle):
 
     from .collect.metrics import KEY_SIGNALS
 
-    dropped = getattr(bundle, "dropped_values", None) or {}
+    dropped = bundle.dropped_values
     if v.primary == "healthy" and bundle.skipped_derived and not any(s in dropped for s in KEY_SIGNALS):
         return replace(v, confidence="low", summary=v.summary + " Some derived values were impossible (e.g. prefix "
                                                                 "hits above queries) and not used (see the notes).")
