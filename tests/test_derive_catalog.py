@@ -1,4 +1,4 @@
-"""Derived signals of the diagnosis catalog (kvdiag/derive.py): OOM phase from the order of start-up steps, start-up
+"""Derived signals of the diagnosis catalog (kvdiag/derive/core.py): OOM phase from the order of start-up steps, start-up
 crashes without an OOM text, memory shares, the hybrid KV-size check, utilization that fits an OOM; the numbers remedies
 and evidence quote (issue 11)."""
 
