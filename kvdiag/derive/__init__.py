@@ -1,10 +1,10 @@
 """Derived signals: what kvdiag computes from the collected ones, in the order of :data:`STEPS`.
 
-:func:`derive_all` is the one entry: every caller (analyze, check, watch, diff, the exporters, the rule cases) runs
-the same steps in the same order. Each :class:`Step` names the signals it ``READS`` and ``WRITES``;
-``tests/derive/test_steps.py`` checks that each written name is a declared signal with exactly one writer, that no
-step reads what only a later step writes, and that the steps, run on the rule cases and fixtures, read and write
-nothing they do not declare.
+:func:`derive_all` is the one entry: analyze (and through it check, watch, diff and the exporter), the rule cases
+and the alert export's own value run the same steps in the same order. Each :class:`Step` names the signals it
+``READS`` and ``WRITES``; ``tests/derive/test_steps.py`` checks that each written name is a declared signal with
+exactly one writer, that no step reads what only a later step writes, and that the steps, run on the rule cases and
+fixtures, read and write nothing they do not declare.
 """
 
 from __future__ import annotations
