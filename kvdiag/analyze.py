@@ -9,13 +9,12 @@ from .bundle import Bundle, InputInfo
 from .collect.logs import read_logs
 from .collect.metrics import (STOPPED_ANSWERING, HttpOptions, WindowInterrupt, merge_target, read_metrics_file,
                               scrape_targets)
-from .derive import derive
+from .derive import derive_all
 from .engine.evaluate import evaluate, require_keeping_up, short_window, unexplained_failures, verdict
 from .engine.model import load_rules
 from .errors import InputError
 from .report.model import InstanceReport, Report
 from .timeline import build_charts
-from .windows import derive_windows
 
 
 def load_model_config(path: str) -> dict:
@@ -112,8 +111,7 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
             return report
         if keep is not None:  # check's perfdata and state come from the run judged, never from another run
             keep[:] = [bundle]
-    derive(bundle)
-    derive_windows(bundle)
+    derive_all(bundle)
     findings = evaluate(rules, bundle)
     window_note = short_window(findings, rules, bundle)
     start, end = bundle.window()
@@ -155,8 +153,7 @@ def split_runs(bundle: Bundle, runs: list[dict]) -> list[Bundle]:
         b.runs_in_log = (k, list(runs))  # which run of how many (diff says so; never its numbers)
         b.model_config, b.model_config_source = bundle.model_config, bundle.model_config_source
         b.skipped_derived = list(bundle.skipped_derived)
-        if hasattr(bundle, "dropped_values"):
-            b.dropped_values = bundle.dropped_values
+        b.dropped_values = bundle.dropped_values
         lo, hi = starts[k], starts[k + 1]
         for sig, t, seq, v, text, src, seg in bundle._rows:
             if src.startswith("log:") and not lo <= seq < hi:
@@ -214,8 +211,7 @@ def restart_notes(bundle: Bundle) -> list[str]:
 
 def _judge(rules, bundle: Bundle):
     """Derived signals, window signals, rules → (verdict, findings) of one server's bundle."""
-    derive(bundle)
-    derive_windows(bundle)
+    derive_all(bundle)
     findings = evaluate(rules, bundle)
     window_note = short_window(findings, rules, bundle)
     return require_keeping_up(_guard(verdict(findings, unexplained_failures(bundle)), bundle), bundle,
@@ -229,7 +225,7 @@ def _guard(v, bundle: Bundle):
 
     from .collect.metrics import KEY_SIGNALS
 
-    dropped = getattr(bundle, "dropped_values", None) or {}
+    dropped = bundle.dropped_values
     if v.primary == "healthy" and bundle.skipped_derived and not any(s in dropped for s in KEY_SIGNALS):
         return replace(v, confidence="low", summary=v.summary + " Some derived values were impossible (e.g. prefix "
                                                                 "hits above queries) and not used (see the notes).")

@@ -75,6 +75,7 @@ class Bundle:
         self._sig_frames: dict[str, pd.DataFrame] = {}
         self._memo: dict = {}
         self.skipped_derived: list[str] = []  # derived values refused as impossible (a note each in the report)
+        self.dropped_values: dict[str, int] = {}  # per signal: values the collectors dropped (not finite, out of range)
 
     def add(self, signal: str, value: float | None, source: str, *, t: float | None = None,
             text: str = "", segment: int = 0) -> None:

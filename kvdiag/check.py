@@ -317,7 +317,7 @@ def perfdata(bundle: Bundle, report: Report) -> str:
             return
         parts.append(f"{label}={_plain(value, fmt)}{tail}")
 
-    # thresholds only where the status honours them: vLLM's near-full level (kvdiag/derive_queue.py) when requests
+    # thresholds only where the status honours them: vLLM's near-full level (kvdiag/derive/queue.py) when requests
     # waited at it or were preempted (CAP001 then fires, CRITICAL); high usage with nothing held back is no alert
     level, near = bundle.last("kv_near_full_level"), bundle.last("num_requests_waiting_near_full")
     pre = bundle.signal("num_preemptions").sort_values("seq")

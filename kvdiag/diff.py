@@ -229,10 +229,7 @@ def fact(bundle: Bundle, name: str) -> tuple[float | str | None, str]:
         if rows.empty:
             return None, ""
         return str(rows["text"].iloc[-1]), str(rows["source"].iloc[-1])
-    rows = rows[rows["value"].notna()]
-    if rows.empty:
-        return None, ""
-    return float(rows["value"].iloc[-1]), str(rows["source"].iloc[-1])
+    return bundle.last(name) or (None, "")
 
 
 def _series(rows):

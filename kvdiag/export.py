@@ -1,7 +1,7 @@
 """``kvdiag rules export --format prometheus``: the rules that PromQL can express, as Prometheus alerting rules.
 
 A rule is exported only when every condition reads a raw /metrics signal with an aggregation PromQL has
-(``max min mean last increase rate p95``), or one of the trend signals of :mod:`kvdiag.derive_trend` (below), and the
+(``max min mean last increase rate p95``), or one of the trend signals of :mod:`kvdiag.derive.trend` (below), and the
 tree uses ``all``/``any`` (a ``not`` child of an ``all`` becomes ``unless``); its selectors match both the
 ``vllm:`` names vLLM writes and the ``vllm_`` names a Prometheus 2.x server may store, and every metric name
 the signal had across versions (``{__name__=~"vllm[:_](kv|gpu)_cache_usage_perc"}``). Conditions that read
@@ -22,7 +22,7 @@ PromQL :mod:`kvdiag.collect.prometheus` asks at the window's end: the last third
 Healthy look-alike notes become ``severity="info"`` alerts.
 
 Trend signals (rule CAP002, the forecast of a full pool) map onto PromQL's own regression over the trend window
-``T`` = :data:`kvdiag.derive_trend.TREND_SECONDS` (5m, whatever ``--window`` says): ``kv_cache_usage_slope`` →
+``T`` = :data:`kvdiag.derive.trend.TREND_SECONDS` (5m, whatever ``--window`` says): ``kv_cache_usage_slope`` →
 ``deriv(u[T])``, ``kv_full_eta_seconds <= H`` → ``predict_linear(u[T], H) >= 1``, ``kv_cache_usage_trend_samples``
 → ``count_over_time(u[T])``, ``kv_cache_usage_trend_seconds`` → the span of the samples' timestamps (a subquery),
 ``kv_cache_usage_trend_rise`` → slope × that span, ``kv_cache_usage_slope_recent`` → ``deriv(u[T/2])``, and
@@ -40,7 +40,7 @@ import yaml
 
 from .engine.model import Node, Rule
 from .errors import InputError
-from .derive_trend import TREND_SECONDS
+from .derive.trend import TREND_SECONDS
 from .signals import METRIC_TO_SIGNAL, SIGNALS
 
 _AGG_FN = {"max": "max_over_time", "min": "min_over_time", "mean": "avg_over_time", "last": "last_over_time",
@@ -104,7 +104,7 @@ _NEGATE = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "==": "!=", "!=": "=="}
 _T = f"{TREND_SECONDS:g}s"
 _HALF = f"{TREND_SECONDS / 2:g}s"
 _SPAN = f"(max_over_time(timestamp({{m}})[{_T}:]) - min_over_time(timestamp({{m}})[{_T}:]))"
-#: trend signals (kvdiag/derive_trend.py) as PromQL over one kv_cache_usage series ``{m}``
+#: trend signals (kvdiag/derive/trend.py) as PromQL over one kv_cache_usage series ``{m}``
 _TREND_PROMQL = {
     "kv_cache_usage_slope": f"deriv({{m}}[{_T}])",
     "kv_cache_usage_slope_recent": f"deriv({{m}}[{_HALF}])",
@@ -173,9 +173,9 @@ def _rate_expr(which: str, w: Window, early: bool) -> str:
 def _load_records(w: Window) -> list[dict]:
     """PFX002's split of the hit rate by KV usage, as :mod:`kvdiag.collect.prometheus` computes it: per-step
     increases (range ``s``: four sub-steps, at least 60 s) summed over the window where usage was below
-    :data:`~kvdiag.derive_prefix.LOW_LOAD` / at least :data:`~kvdiag.derive_prefix.HIGH_LOAD`; a side's hit rate
-    only when it holds :data:`~kvdiag.derive_prefix.MIN_SHARE` of the window's queries."""
-    from .derive_prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
+    :data:`~kvdiag.derive.prefix.LOW_LOAD` / at least :data:`~kvdiag.derive.prefix.HIGH_LOAD`; a side's hit rate
+    only when it holds :data:`~kvdiag.derive.prefix.MIN_SHARE` of the window's queries."""
+    from .derive.prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
 
     sub_step = max(_seconds(w.res), math.ceil(w.seconds / 500))
     rng = _dur(max(4 * sub_step, 60.0))
@@ -305,9 +305,9 @@ def condition_expr(node: Node, window: Window | str) -> str:
             raise NotExportable(f"agg {c.agg} on {c.signal}")
         names = _names_of("kv_block_idle_before_evict_seconds_count")
         return f"{_per_name(f'increase({{m}}[{w.window}])', names)} {_OP[c.op]} {_fmt(c.value)}"
-    if c.signal == "kv_cache_usage_over_level":  # kvdiag/derive_queue.py; PromQL has no block arithmetic: the 95 %
+    if c.signal == "kv_cache_usage_over_level":  # kvdiag/derive/queue.py; PromQL has no block arithmetic: the 95 %
         # level kvdiag itself uses when the pool's size is not known
-        from .derive_queue import FALLBACK_NEAR_FULL
+        from .derive.queue import FALLBACK_NEAR_FULL
 
         if c.agg != "last":
             raise NotExportable(f"agg {c.agg} on kv_cache_usage_over_level")
@@ -315,11 +315,11 @@ def condition_expr(node: Node, window: Window | str) -> str:
         joined = per_name[0] if len(per_name) == 1 else "(" + " or ".join(per_name) + ")"
         return f"{joined} - {_fmt(FALLBACK_NEAR_FULL)} {_OP[c.op]} {_fmt(c.value)}"
     if c.signal in ("num_requests_waiting_when_full", "num_requests_waiting_near_full"):
-        # waiting at an instant of usage at the level (derive_dynamics 90 %; derive_queue's near-full level, 95 % here)
+        # waiting at an instant of usage at the level (derive/dynamics 90 %; derive/queue's near-full level, 95 % here)
         if c.agg != "max":
             raise NotExportable(f"agg {c.agg} on {c.signal}")
-        from .derive_dynamics import WAITING_FULL_USAGE
-        from .derive_queue import FALLBACK_NEAR_FULL
+        from .derive.dynamics import WAITING_FULL_USAGE
+        from .derive.queue import FALLBACK_NEAR_FULL
 
         level = WAITING_FULL_USAGE if c.signal == "num_requests_waiting_when_full" else FALLBACK_NEAR_FULL
         terms = [f"max {_BY} (max_over_time(({wn} and {u} >= {_fmt(level)})[{w.window}:]))"
@@ -548,15 +548,13 @@ def export_prometheus(rules: list[Rule], window: str = "5m", for_: str | None = 
 def _kvdiag_value(rule: Rule, case, window: str) -> float:
     """kvdiag's own value of the rule's first exported condition on ``case`` (the alert's ``$value``), from the
     engine's derive and aggregation: the promtool test then checks Prometheus computes the same number."""
-    from .derive import derive
+    from .derive import derive_all
     from .engine.evaluate import _aggregate_signal
-    from .windows import derive_windows
 
     first: list = []
     tree_expr(rule.when, Window(window), [], first)
     bundle = case.bundle()
-    derive(bundle)
-    derive_windows(bundle)
+    derive_all(bundle)
     return _aggregate_signal(bundle, first[0].signal, first[0].agg)[0]
 
 

@@ -8,12 +8,12 @@ by max, counts by sum):
 * ``kv_cache_usage``, ``num_requests_running``, ``num_requests_waiting``: the gauges (``/metrics`` or the periodic
   stats line);
 * ``preemptions_per_second``: Δ``num_preemptions`` / Δt between samples (a fall is a restart: the increase counts
-  from zero after it, as in :mod:`kvdiag.windows`);
+  from zero after it, as in :mod:`kvdiag.derive.windows`);
 * ``prefix_cache_hit_rate``: Δhits / Δqueries per interval from the counters, else the V1 log's rolling rate, else
   V0's cumulative gauge (labelled so); ``prefix_cache_hits_per_second`` / ``prefix_cache_queries_per_second`` from
   the counters;
 * ``kv_demand_tokens``: running × (mean prompt + mean output / 2) + waiting × mean prompt at each instant
-  (:func:`kvdiag.derive_prefix.demand_tokens`, the rules' own estimate), when the length histograms gave the means.
+  (:func:`kvdiag.derive.prefix.demand_tokens`, the rules' own estimate), when the length histograms gave the means.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def build_series(bundle: Bundle) -> dict:
     p, g = _last(bundle, "request_prompt_tokens_mean"), _last(bundle, "request_generation_tokens_mean")
     run = _series(bundle, "num_requests_running", "sum")
     if p is not None and g is not None and p.value >= 0 and g.value >= 0 and not run.empty:
-        from .derive_prefix import demand_tokens
+        from .derive.prefix import demand_tokens
 
         wait = _series(bundle, "num_requests_waiting", "sum")
         df = run.merge(wait[["t", "value"]], on="t", how="left", suffixes=("", "_w")) if not wait.empty else \

@@ -9,8 +9,7 @@ import pytest
 
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import add_page, parse_page
-from kvdiag.derive import derive
-from kvdiag.windows import derive_windows
+from kvdiag.derive import derive_all
 
 
 def _page(metrics: dict, labels: str = 'engine="0",model_name="m"', extra: str = "") -> str:
@@ -85,8 +84,7 @@ def test_negative_residency_bounds_give_no_negative_seconds():
                 f'vllm:kv_block_idle_before_evict_seconds_count{{engine="0"}} {n}\n'
                 f'vllm:kv_block_idle_before_evict_seconds_sum{{engine="0"}} {-10 * n}\n')
         add_page(b, parse_page(text, "p"), "p", 1_700_000_000.0 + 15 * i)
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     assert not b.has("kv_block_idle_before_evict_p50") and not b.has("kv_block_idle_before_evict_mean")
     assert any("kv_block_idle_before_evict_p50 = -10 not used: negative seconds" in n for n in b.skipped_derived)
 
@@ -106,7 +104,7 @@ def test_absurd_length_means_give_no_demand(prompt_sum):
                            f'vllm:request_generation_tokens_count{{engine="0"}} {2 * i}\n')
         add_page(b, parse_page(text, "p"), "p", 1_700_000_000.0 + 15 * i)
     b.add("kv_capacity_tokens", 16_000, "test")
-    derive_windows(b)
+    derive_all(b)
     assert not b.has("kv_demand_tokens") and not b.has("kv_demand_ratio")
     if prompt_sum < 1e18:
         assert any("kv_demand_tokens not estimated" in n for n in b.skipped_derived)
@@ -133,8 +131,7 @@ def test_v0_cumulative_rate_that_disagrees_with_the_prompt_counter_is_not_used()
         text = _page({"vllm:gpu_prefix_cache_hit_rate": rate, "vllm:prompt_tokens_total": prompt,
                       "vllm:gpu_cache_usage_perc": 0.9}, labels='model_name="m"')
         add_page(b, parse_page(text, "p"), "p", 1_700_000_000.0 + 15 * i)
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     assert not b.has("prefix_cache_hit_rate_drop")          # one token of growth cannot carry a 1-point fall
     assert any("do not fit together" in n for n in b.skipped_derived)
 

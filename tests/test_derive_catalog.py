@@ -1,4 +1,4 @@
-"""Derived signals of the diagnosis catalog (kvdiag/derive.py): OOM phase from the order of start-up steps, start-up
+"""Derived signals of the diagnosis catalog (kvdiag/derive/core.py): OOM phase from the order of start-up steps, start-up
 crashes without an OOM text, memory shares, the hybrid KV-size check, utilization that fits an OOM; the numbers remedies
 and evidence quote (issue 11)."""
 
@@ -7,14 +7,15 @@ from __future__ import annotations
 import pytest
 
 from kvdiag.bundle import Bundle
-from kvdiag.derive import activation_from_peak_torch, derive, utilization_for_tokens
+from kvdiag.derive import derive_all
+from kvdiag.derive.core import activation_from_peak_torch, utilization_for_tokens
 from kvdiag.signals import SIGNALS
 
 GIB = 2**30
 
 
 def _phase(b: Bundle) -> list[str]:
-    derive(b)
+    derive_all(b)
     return b.signal("cuda_oom_phase")["text"].tolist()
 
 
@@ -56,14 +57,14 @@ def test_startup_crash_after_weights_only_without_other_evidence():
     b = Bundle()
     b.add("weights_bytes", 15 * GIB, "log:x:6")
     b.add("python_traceback", 1, "log:x:7")
-    derive(b)
+    derive_all(b)
     assert b.signal("startup_crash")["text"].tolist() == ["after_weights_before_kv"]
     for extra in ("cuda_oom", "num_gpu_blocks", "kv_capacity_error"):
         c = Bundle()
         c.add("weights_bytes", 15 * GIB, "log:x:6")
         c.add("python_traceback", 1, "log:x:7")
         c.add(extra, 1, "log:x:8", text="load" if extra == "cuda_oom" else "")
-        derive(c)
+        derive_all(c)
         assert c.signal("startup_crash").empty, extra
 
 
@@ -71,7 +72,7 @@ def test_other_processes_share_and_the_utilization_that_fits():
     b = Bundle()
     b.add("gpu_total_bytes", 23.69 * GIB, "log:x:23")
     b.add("oom_other_processes_bytes", 8.57 * GIB, "log:x:23")
-    derive(b)
+    derive_all(b)
     assert b.signal("oom_other_processes_ratio")["value"].iloc[0] == pytest.approx(8.57 / 23.69)
     assert b.signal("other_processes_free_ratio")["value"].iloc[0] == 0.58   # floor(1 − 0.362 − 0.05, 2 dp)
 
@@ -82,7 +83,7 @@ def test_cudagraph_and_activation_share_of_the_budget():
     b.add("gpu_memory_utilization", 0.9, "log:x:1")
     b.add("cudagraph_estimate_bytes", 36 * GIB, "log:x:2")
     b.add("activation_peak_bytes", 7.2 * GIB, "log:x:3")
-    derive(b)
+    derive_all(b)
     assert b.signal("cudagraph_estimate_ratio")["value"].iloc[0] == pytest.approx(0.5)
     assert b.signal("activation_peak_ratio")["value"].iloc[0] == pytest.approx(0.1)
 
@@ -92,7 +93,7 @@ def test_hybrid_kv_size_line_against_concurrency():
     b.add("kv_cache_size_tokens", 290_864, "log:x:3")
     b.add("max_model_len", 32_768, "log:x:4")
     b.add("max_concurrency", 33.04, "log:x:4")
-    derive(b)
+    derive_all(b)
     assert b.signal("kv_tokens_from_concurrency")["value"].iloc[0] == pytest.approx(1_082_654.72)
     assert b.signal("kv_size_line_ratio")["value"].iloc[0] == pytest.approx(290_864 / 1_082_654.72)
 
@@ -103,7 +104,7 @@ def test_utilization_that_leaves_the_failed_allocation_outside_the_pool():
     b.add("gpu_memory_utilization", 0.95, "log:x:1")
     b.add("oom_free_bytes", 544.31 * 2**20, "log:x:4")
     b.add("cuda_oom", 594 * 2**20, "log:x:4", text="sampler")
-    derive(b)
+    derive_all(b)
     # 0.95 − (594 − 544.31) MiB / 79.18 GiB − 0.01 = 0.9394 → 0.93
     assert b.signal("gpu_memory_utilization_for_oom")["value"].iloc[0] == 0.93
 
@@ -112,7 +113,7 @@ def test_sampler_rows_from_the_model_config():
     b = Bundle()
     b.model_config, b.model_config_source = {"vocab_size": 151936}, "config.json"
     b.add("cuda_oom", 594 * 2**20, "log:x:4", text="sampler")
-    from kvdiag.derive import _shares  # only the share maths: the capacity model needs a full config
+    from kvdiag.derive.core import _shares  # only the share maths: the capacity model needs a full config
     _shares(b)
     assert b.signal("sampler_warmup_rows")["value"].iloc[0] == pytest.approx(1025, abs=1)   # max_num_seqs 1024
 
@@ -122,7 +123,7 @@ def test_oom_tried_bytes_names_the_number_cuda_oom_phase_carries():
     """The phase is a category; the bytes it carries are the failed allocation: evidence quotes them by that name."""
     b = Bundle()
     b.add("cuda_oom", 3.82 * GIB, "log:x:7", text="runtime")
-    derive(b)
+    derive_all(b)
     tried = b.signal("oom_tried_bytes")
     assert tried["value"].tolist() == [pytest.approx(3.82 * GIB)] and tried["text"].tolist() == ["runtime"]
     assert SIGNALS["oom_tried_bytes"].unit == "bytes" and "phase" not in SIGNALS["oom_tried_bytes"].name
@@ -139,7 +140,7 @@ def test_activation_peak_is_peak_torch_memory_minus_the_weights():
     b.add("weights_bytes", 14.99 * GIB, "log:x:8", segment=1)
     b.add("peak_torch_memory_bytes", 17.98 * GIB, "log:x:9", segment=1)
     b.add("peak_torch_memory_bytes", 17.06 * GIB, "log:x:3", segment=0)   # no weights line in its start-up: not split
-    derive(b)
+    derive_all(b)
     act = b.signal("activation_peak_bytes")
     assert act["value"].tolist() == [pytest.approx(2.99 * GIB)]
     assert "log:x:9, weights + activations" in act["source"].iloc[0] and "log:x:8" in act["source"].iloc[0]
@@ -158,7 +159,7 @@ def test_utilization_that_holds_one_request_priced_at_the_pools_own_bytes_per_to
                          ("kv_cache_size_tokens", 23_648, 12)):
         b.add(sig, v, f"log:x:{line}", segment=1)
     b.add("max_model_len", 20_000, "log:x:4", segment=0)                 # another start-up's value is not used
-    derive(b)
+    derive_all(b)
     need = b.signal("gpu_memory_utilization_needed")
     assert need["value"].tolist() == [0.93] and need["text"].iloc[0] == "priced at the pool's own KV bytes per token"
 
@@ -171,7 +172,7 @@ def test_oom_shares_the_remedies_quote():
     b.add("max_num_seqs", 1024, "log:x:2")
     b.add("oom_free_bytes", 140.75 * 2**20, "log:x:4")
     b.add("cuda_oom", 786 * 2**20, "log:x:4", text="sampler")
-    derive(b)
+    derive_all(b)
     assert b.signal("oom_free_to_tried_ratio")["value"].iloc[0] == pytest.approx(140.75 / 786)
     assert b.signal("gpu_memory_utilization_drop_for_oom")["value"].iloc[0] == 0.02
     assert b.signal("max_num_seqs_for_oom")["value"].iloc[0] == 183
@@ -183,7 +184,7 @@ def test_block_overhead_tokens_are_the_slots_held_beyond_the_tokens():
     b.add("kv_cache_size_tokens", 1_096_153, "log:x:2")
     b.add("context_tokens", 36_000, "log:x:3")
     b.add("kv_cache_usage", 0.446, "log:x:3")
-    derive(b)
+    derive_all(b)
     assert b.signal("block_overhead_tokens")["value"].iloc[0] == pytest.approx(0.446 * 1_096_153 - 36_000)
     assert b.signal("block_overhead_ratio")["value"].iloc[0] == pytest.approx(0.446 - 36_000 / 1_096_153)
 

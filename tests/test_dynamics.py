@@ -1,4 +1,4 @@
-"""Dynamics signals (kvdiag/derive_dynamics.py): token occupancy of a full pool, prefix hits per second."""
+"""Dynamics signals (kvdiag/derive/dynamics.py): token occupancy of a full pool, prefix hits per second."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import parse_page, add_page, PageInfo
-from kvdiag.derive import derive
-from kvdiag.derive_dynamics import thirds_per_second, token_occupancy
-from kvdiag.windows import derive_windows
+from kvdiag.derive import derive_all
+from kvdiag.derive.dynamics import thirds_per_second, token_occupancy
 
 
 def test_token_occupancy_is_tokens_over_reserved_slots():
@@ -62,8 +61,7 @@ def _bundle(pages: list[str], interval: float = 15.0) -> Bundle:
     info = PageInfo()
     for i, text in enumerate(pages):
         add_page(b, parse_page(text, f"page{i}"), f"page{i}", 1.7e9 + i * interval, info)
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     return b
 
 

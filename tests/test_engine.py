@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from kvdiag.bundle import Bundle
-from kvdiag.derive import derive, increase
+from kvdiag.derive import derive_all
+from kvdiag.derive.core import increase
 from kvdiag.engine.evaluate import evaluate_rule, render, verdict
 from kvdiag.engine.model import builtin_rules_dir, load_rule, load_rules, parse_duration
 from kvdiag.errors import RuleFileError
@@ -148,7 +149,7 @@ def test_verdict_prefers_severity_then_priority_and_refuses_healthy_after_a_fail
 
 def test_derived_pool_and_partial_block_bound():
     b = bundle(num_gpu_blocks=[2048], block_size=[16], num_requests_running=[10, 100])
-    derive(b)
+    derive_all(b)
     assert b.signal("kv_capacity_tokens")["value"].tolist() == [32768]
     assert b.signal("partial_block_waste_bound_tokens")["value"].tolist() == [1500]
     assert b.signal("partial_block_waste_bound_ratio")["value"].tolist() == [pytest.approx(1500 / 32768)]
@@ -158,7 +159,7 @@ def test_derived_windowed_hit_rate_from_counters_not_cumulative():
     # cumulative hits/queries at the end = 0.55, but the last third of the window hits 10 %
     b = bundle(prefix_cache_queries=[0, 1000, 2000, 3000, 4000, 5000],
                prefix_cache_hits=[0, 800, 1600, 2400, 2500, 2600])
-    derive(b)
+    derive_all(b)
     assert b.signal("prefix_cache_hit_rate_early")["value"].iloc[0] == pytest.approx(0.8)
     assert b.signal("prefix_cache_hit_rate_late")["value"].iloc[0] == pytest.approx(0.1)
 
@@ -168,7 +169,7 @@ def test_derived_block_overhead():
     b.add("kv_cache_size_tokens", 1_000_000, "log:x:1")
     b.add("context_tokens", 30_000, "log:x:2")
     b.add("kv_cache_usage", 0.40, "log:x:2")
-    derive(b)
+    derive_all(b)
     assert b.signal("block_overhead_ratio")["value"].iloc[0] == pytest.approx(0.40 - 0.03)
 
 

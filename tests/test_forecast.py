@@ -15,13 +15,12 @@ import yaml
 
 from conftest import FIXTURES, ROOT
 from kvdiag.bundle import Bundle
-from kvdiag.derive import derive
-from kvdiag.derive_trend import eta_to_full, linear_trend
+from kvdiag.derive import derive_all
+from kvdiag.derive.trend import eta_to_full, linear_trend
 from kvdiag.engine.cases import load_cases
 from kvdiag.engine.evaluate import evaluate_rule
 from kvdiag.engine.model import load_rule, load_rules
 from kvdiag.export import exportable_alerts, promtool_tests
-from kvdiag.windows import derive_windows
 from services import PROMTOOL
 
 SERIES = FIXTURES / "series" / "forecast"
@@ -56,8 +55,7 @@ def _usage_bundle(values, t0=1.8e9, step=15.0, reset_at=None):
     for i, v in enumerate(values):
         b.add("kv_cache_usage", v, f"test@{i}", t=t0 + i * step)
         b.add("num_preemptions", 0 if reset_at is not None and i >= reset_at else 5, f"test@{i}", t=t0 + i * step)
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     return b
 
 
@@ -99,8 +97,7 @@ def test_the_t_condition_alone_keeps_the_noisy_rise_quiet(tmp_path):
 
     def run(r):
         b = case.bundle()
-        derive(b)
-        derive_windows(b)
+        derive_all(b)
         return evaluate_rule(r, b).status
 
     assert run(rule) == "quiet"

@@ -323,20 +323,18 @@ def test_restart_and_cut_short_window_are_marked():
     """A counter that falls mid-window (the derivation's counter_resets) and a window cut short by an interrupt are
     dashed markers of the timeline, named in its data-markers."""
     from kvdiag.bundle import Bundle
-    from kvdiag.derive import derive
+    from kvdiag.derive import derive_all
     from kvdiag.engine.evaluate import Verdict
     from kvdiag.report.formats import RENDERERS
     from kvdiag.report.model import Report
     from kvdiag.timeline import build_charts
-    from kvdiag.windows import derive_windows
 
     b = Bundle()
     t0 = 1_780_000_000.0
     b.extend("kv_cache_usage", [(t0 + 5 * i, 0.5, f"u@{i}") for i in range(40)])
     b.extend("num_preemptions", [(t0 + 5 * i, float(100 + i if i < 20 else i - 20), f"metric:p@{i}")
                                  for i in range(40)])
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     note = "window cut short at 7.0 s of 60 s by an interrupt (SIGINT)"
     charts = build_charts(b, [], [note])
     kinds = [(m.kind, m.t) for m in charts.markers]

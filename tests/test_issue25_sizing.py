@@ -17,9 +17,8 @@ from conftest import FIXTURES
 
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import add_page, parse_page, split_by_time
-from kvdiag.derive import derive
-from kvdiag.derive_queue import grows, near_full_level, poisson_range, replicas_for
-from kvdiag.windows import derive_windows
+from kvdiag.derive import derive_all
+from kvdiag.derive.queue import grows, near_full_level, poisson_range, replicas_for
 
 
 def _pages(path):
@@ -31,8 +30,7 @@ def _sized(pages):
     b = Bundle()
     for t, fam in pages:
         add_page(b, fam, f"page@{t:.0f}", t)
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     return {n: b.last(n)[0] for n in ("replicas_from_rates", "replicas_from_rates_low", "replicas_from_rates_high",
                                       "replicas_needed", "request_arrival_rate", "request_completion_rate")
             if b.last(n)}

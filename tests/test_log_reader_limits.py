@@ -10,10 +10,11 @@ import sys
 
 import pytest
 
-import kvdiag.derive as derive_mod
+import kvdiag.derive.core as derive_mod
 from kvdiag.bundle import Bundle
 from kvdiag.collect.logs import LogCollector
-from kvdiag.derive import derive, oom_phase
+from kvdiag.derive import derive_all
+from kvdiag.derive.core import oom_phase
 from kvdiag.errors import ExitStatus
 
 GIB = 2**30
@@ -109,7 +110,7 @@ def test_many_oom_lines_do_not_filter_the_frame_per_oom(tmp_path, monkeypatch):
     calls = []
     real = derive_mod._before
     monkeypatch.setattr(derive_mod, "_before", lambda *a, **k: calls.append(1) or real(*a, **k))
-    derive(b)
+    derive_all(b)
     assert len(b.signal("cuda_oom_phase")) == len(b.signal("cuda_oom")) == 3000
     assert len(calls) < 100, len(calls)
 

@@ -94,7 +94,7 @@ def test_same_incident_same_verdict_across_versions_and_spellings(kvdiag, tmp_pa
 def test_v010_prefix_counters_are_not_doubled(tmp_path):
     from kvdiag.bundle import Bundle
     from kvdiag.collect.metrics import read_metrics_file
-    from kvdiag.windows import derive_windows
+    from kvdiag.derive.windows import derive_windows
 
     rates = []
     for rewrite in (v033, v010):

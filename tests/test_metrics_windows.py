@@ -7,9 +7,9 @@ import pytest
 
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import add_page, parse_page
-from kvdiag.derive import increase
+from kvdiag.derive.core import increase
 from kvdiag.signals import IGNORED_METRICS, METRIC_TO_SIGNAL, WINDOW_HISTOGRAMS, classify_metric
-from kvdiag.windows import derive_windows, histogram_quantile, resets, time_above
+from kvdiag.derive.windows import derive_windows, histogram_quantile, resets, time_above
 
 from conftest import FIXTURES
 

@@ -1,6 +1,6 @@
 """Prefix-cache eviction and its look-alikes, KV demand from length histograms, the usage-gauge split (issue 6).
 
-Hand-computed arithmetic for every formula of kvdiag/derive_prefix.py; the vLLM 0.33 series against their truth;
+Hand-computed arithmetic for every formula of kvdiag/derive/prefix.py; the vLLM 0.33 series against their truth;
 a live /metrics endpoint (prometheus-client on 127.0.0.1) exposing the --kv-cache-metrics residency histograms.
 """
 
@@ -20,12 +20,11 @@ import pytest
 from conftest import FIXTURES
 from kvdiag.bundle import Bundle
 from kvdiag.collect.metrics import add_page, parse_page
-from kvdiag.derive import derive
-from kvdiag.derive_prefix import (decumulate, demand_tokens, fit_requests_observed, hit_rate_by_load,
+from kvdiag.derive import derive_all
+from kvdiag.derive.prefix import (decumulate, demand_tokens, fit_requests_observed, hit_rate_by_load,
                                   readmissions_counted, replicas_needed, retention_seconds, rolling_rate_by_load)
 from kvdiag.engine.evaluate import evaluate_rule
 from kvdiag.engine.model import load_rules
-from kvdiag.windows import derive_windows
 
 SERIES = FIXTURES / "series"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -110,8 +109,7 @@ def _sizing_bundle(usage, running, waiting, **facts) -> Bundle:
         b.add("kv_cache_usage", u, f"log:x:{i + 10}", t=10.0 * (i + 1))
         b.add("num_requests_running", r, f"log:x:{i + 10}", t=10.0 * (i + 1))
         b.add("num_requests_waiting", w, f"log:x:{i + 10}", t=10.0 * (i + 1))
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     return b
 
 
@@ -156,8 +154,7 @@ def _series_bundle(run: str) -> Bundle:
     times = {int(r["sample"]): float(r["unix_time"]) for r in csv.DictReader(open(SERIES / run / "times.csv"))}
     for p in sorted((SERIES / run / "metrics").glob("*.prom")):
         add_page(b, parse_page(p.read_text(), str(p)), str(p), times[int(p.name[:4])])
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     return b
 
 
@@ -246,15 +243,13 @@ def test_hybrid_block_floor_is_named_when_nothing_hits():
     b = _pages([{"vllm:prefix_cache_queries_total": 2048 * i, "vllm:prefix_cache_hits_total": 0,
                  "vllm:kv_cache_usage_perc": 0.4} for i in range(8)])
     b.add("block_size", 7808, "log:vllm.log:3")
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     f = evaluate_rule(_rule("OK003"), b)
     assert f.status == "fires"
     assert "block_size is 7,808 tokens, raised for the hybrid model's state pages" in f.message
     b16 = _pages([{"vllm:prefix_cache_queries_total": 2048 * i, "vllm:prefix_cache_hits_total": 0} for i in range(8)])
     b16.add("block_size", 16, "log:vllm.log:3")
-    derive(b16)
-    derive_windows(b16)
+    derive_all(b16)
     assert "(16 tokens) — never shared, or shorter than a block" in evaluate_rule(_rule("OK003"), b16).message
 
 
@@ -286,8 +281,7 @@ def test_v0_cumulative_gauge_is_decumulated_so_a_collapse_shows():
         rows.append({"vllm:gpu_prefix_cache_hit_rate": hits / queries if queries else 0.0,
                      "vllm:prompt_tokens_total": queries, "vllm:gpu_cache_usage_perc": 0.9})
     b = _pages(rows)
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     cum = b.signal("prefix_cache_hit_rate_cumulative")["value"]
     assert cum.iloc[4] - cum.iloc[-1] == pytest.approx(0.8 - 3700 / 9000)   # the gauge itself damps the fall
     assert _value(b, "prefix_cache_hit_rate_early") == pytest.approx(0.8)
@@ -299,8 +293,7 @@ def test_v0_cumulative_gauge_is_decumulated_so_a_collapse_shows():
 def test_v0_cumulative_gauge_without_a_prompt_counter_is_a_lower_bound():
     b = _pages([{"vllm:gpu_prefix_cache_hit_rate": r, "vllm:gpu_cache_usage_perc": 0.9}
                 for r in (0.8, 0.8, 0.8, 0.7, 0.6, 0.5)])
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     assert _value(b, "prefix_cache_hit_rate_drop") == pytest.approx(0.8 - 0.5)
     assert "a fall shows damped" in b.signal("prefix_cache_hit_rate_drop")["source"].iloc[0]
 
@@ -310,16 +303,14 @@ def test_readmissions_of_0_10_prop_up_the_hit_rate_and_the_quiet_text_says_so():
              "vllm:num_preemptions_total": 5 * i, "vllm:kv_cache_usage_perc": 0.97} for i in range(8)]
     b = _pages(rows)
     b.add("vllm_version", None, "log:vllm.log:1", text="0.10.1.1")
-    derive(b)
-    derive_windows(b)
+    derive_all(b)
     assert _value(b, "prefix_cache_readmission_preemptions") == 35
     f = evaluate_rule(_rule("PFX001"), b)
     assert f.status == "quiet"
     assert "vLLM 0.10.1.1 counted the re-admissions of 35 preempted request(s) as hits" in f.message
     b2 = _pages(rows)
     b2.add("vllm_version", None, "log:vllm.log:1", text="0.16.0")      # from 0.16 they are excluded
-    derive(b2)
-    derive_windows(b2)
+    derive_all(b2)
     assert not b2.has("prefix_cache_readmission_preemptions")
     assert "re-admissions" not in evaluate_rule(_rule("PFX001"), b2).message
 
@@ -459,8 +450,7 @@ def test_log_and_metrics_give_the_same_retention_and_low_load_hit_rate(run):
     m = _series_bundle(run)
     lg = Bundle()
     read_logs(lg, [str(SERIES / run / "vllm.log")])
-    derive(lg)
-    derive_windows(lg)
+    derive_all(lg)
     assert _value(lg, "prefix_cache_retention_seconds") == pytest.approx(_value(m, "prefix_cache_retention_seconds"),
                                                                          rel=0.05)
     assert lg.signal("prefix_cache_retention_seconds")["source"].iloc[0].count("log:vllm.log:") >= 1

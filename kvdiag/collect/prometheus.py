@@ -24,10 +24,10 @@ import time
 from ..bundle import Bundle, InputInfo, iso
 from ..durations import parse_duration
 from ..errors import InputError, ScrapeError
-from ..derive_prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
+from ..derive.prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
 from ..redaction import redact
 from ..signals import SIGNALS, WINDOW_HISTOGRAMS
-from ..windows import HIGH_USAGE
+from ..derive.windows import HIGH_USAGE
 from .metrics import HttpOptions, _cache_config, _out_of_domain, http_get, make_session, safe_url
 
 MAX_RESPONSE_BYTES = 1024 * 2**20

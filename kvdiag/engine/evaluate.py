@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..bundle import Bundle
-from ..derive import increase
+from ..derive.core import increase
 from ..signals import SIGNALS
 from .model import Condition, Node, Rule, spec_ok
 
@@ -219,7 +219,7 @@ def _eval(bundle: Bundle, node: Node, used: dict, absent: list) -> tuple[bool | 
 
 _METRIC_KINDS = ("metrics-file", "metrics-url", "prometheus")
 _DERIVED_EVENTS = {"cuda_oom_phase": "log", "startup_crash": "log", "startup_segments": "log",
-                   "counter_resets": "metrics"}  # derive.py / collect/logs.py build these from log lines / counters
+                   "counter_resets": "metrics"}  # derive/ / collect/logs.py build these from log lines / counters
 
 
 def could_show(bundle: Bundle, signal: str) -> bool:
@@ -568,7 +568,7 @@ def not_keeping_up(bundle: Bundle) -> list[str]:
         w = timed if len(timed) else w.sort_values("seq")
         first, last = float(w["value"].iloc[0]), float(w["value"].iloc[-1])
         g = bundle.last("queue_grows")
-        if g and g[0] >= 1:  # kvdiag/derive_queue.py grows(): rose and waiting on the last two samples, or never emptied
+        if g and g[0] >= 1:  # kvdiag/derive/queue.py grows(): rose and waiting on the last two samples, or never emptied
             out.append(f"the waiting queue grew {first:.0f} → {last:.0f} ({g[1]})")
         near = bundle.last("num_requests_waiting_near_full")
         level = bundle.last("kv_near_full_level")

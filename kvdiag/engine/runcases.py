@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..derive import derive
-from ..windows import derive_windows
+from ..derive import derive_all
 from ..errors import RuleFileError
 from .cases import Case, find_case_files, load_cases
 from .evaluate import evaluate_rule
@@ -45,8 +44,7 @@ def run_case(case: Case, rules: list[Rule]) -> CaseResult:
     if rule is None:
         raise RuleFileError(f"{case.path}: no rule {case.rule_id!r} (see 'kvdiag rules list')")
     bundle = case.bundle()
-    derive(bundle)
-    derive_windows(bundle)
+    derive_all(bundle)
     f = evaluate_rule(rule, bundle)
     res = CaseResult(case, f.status, f.message if f.status != "unknown" else f.reason, tuple(f.remedy))
     if res.got == case.expect and res.missing_remedy:

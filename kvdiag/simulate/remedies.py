@@ -18,10 +18,8 @@ CLASSES = ("capacity_pressure", "partial_block_waste")
 
 
 def _fact(bundle, name):
-    if not bundle.has(name):
-        return None
-    v = bundle.signal(name)["value"].dropna()
-    return None if v.empty else v.iloc[-1]
+    got = bundle.last(name)
+    return None if got is None else got[0]
 
 
 def setting_from_bundle(bundle) -> tuple[Setting | None, list[str]]:

@@ -31,9 +31,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
-from .derive import increase
-from .derive_trend import _restart_time, _series
+from ..bundle import Bundle
+from .core import increase
+from .trend import _restart_time, _series
 
 FALLBACK_NEAR_FULL = 0.95
 """The level used when the pool's size in blocks is not in the input (no vLLM admission arithmetic is possible)."""
@@ -166,7 +166,7 @@ def derive_queue(bundle: Bundle) -> None:
         peak = float(usage["value"].iloc[i])
         bundle.add("kv_cache_usage_over_level", peak - level,
                    f"derived: peak usage {peak:.1%} ({usage['source'].iloc[i]}) − near-full level {level:.1%}")
-    from .derive_prefix import _aligned
+    from .prefix import _aligned
 
     both = _aligned(bundle, ("kv_cache_usage", "num_requests_waiting"))
     if not both.empty:
@@ -267,7 +267,7 @@ def _rates(bundle: Bundle, since: float, saturated: bool) -> None:
 
 def _limit(bundle: Bundle, level: float) -> None:
     """Name what holds a growing queue back when the pool is not near full."""
-    from .derive_prefix import _aligned
+    from .prefix import _aligned
 
     df = _aligned(bundle, ("num_requests_running", "num_requests_waiting"))
     queued = df[df["num_requests_waiting"] > 0] if not df.empty else df

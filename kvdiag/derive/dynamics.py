@@ -28,9 +28,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
-from .derive import increase
-from .derive_prefix import _aligned, _last
+from ..bundle import Bundle
+from .core import increase
+from .prefix import _aligned
 
 #: usage at or above which an instant counts as "the pool is full" for the occupancy estimate
 FULL_USAGE = 0.90
@@ -82,9 +82,9 @@ def thirds_per_second(t: np.ndarray, counter: np.ndarray, resets: bool = True) -
 def _occupancy(bundle: Bundle) -> None:
     if bundle.has("kv_token_occupancy"):
         return
-    p, g = _last(bundle, "request_prompt_tokens_mean"), _last(bundle, "request_generation_tokens_mean")
-    pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
-    bs = _last(bundle, "block_size")
+    p, g = bundle.last("request_prompt_tokens_mean"), bundle.last("request_generation_tokens_mean")
+    pool = bundle.last("kv_capacity_tokens") or bundle.last("kv_cache_size_tokens")
+    bs = bundle.last("block_size")
     if not (p and g and pool and pool[0] > 0):
         return
     per_req = p[0] + g[0] / 2

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
+from ..bundle import Bundle
 
 def increase(values: pd.Series) -> float:
     """Increase of a counter over its samples, with Prometheus counter-reset semantics.
@@ -30,11 +30,6 @@ def increase(values: pd.Series) -> float:
         return math.nan
     d = np.diff(v)
     return float(np.where(d >= 0, d, v[1:]).sum())
-
-
-def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
-    """``(value, source)`` of the signal's last row with a value, or None (:meth:`Bundle.last`)."""
-    return bundle.last(name)
 
 
 def _thirds_rate(bundle: Bundle) -> tuple[float, float, str] | None:
@@ -279,7 +274,7 @@ def _startup_crashes(bundle: Bundle) -> None:
 def _shares(bundle: Bundle) -> None:
     """Memory shares: other processes at the OOM, CUDA-graph estimate and activation peak vs the budget, and the
     hybrid-model check of the printed KV size against the concurrency line."""
-    total = _last(bundle, "gpu_total_bytes")
+    total = bundle.last("gpu_total_bytes")
     other = bundle.signal("oom_other_processes_bytes").dropna(subset=["value"])
     if total and total[0] > 0 and not other.empty:
         i = other["value"].idxmax()
@@ -288,19 +283,19 @@ def _shares(bundle: Bundle) -> None:
         bundle.add("oom_other_processes_ratio", r, f"derived: {src}")
         bundle.add("other_processes_free_ratio", math.floor((1 - r - 0.05) * 100) / 100,
                    f"derived: 1 − {src} − 0.05 margin, rounded down")
-    budget = _last(bundle, "gpu_budget_bytes")
+    budget = bundle.last("gpu_budget_bytes")
     if budget is None:
-        util = _last(bundle, "gpu_memory_utilization")
+        util = bundle.last("gpu_memory_utilization")
         if total and util and util[0] > 0:
             budget = (total[0] * util[0], f"GPU {total[0] / 2**30:.2f} GiB ({total[1]}) × {util[0]:.2f} ({util[1]})")
     if budget and budget[0] > 0:
         for sig, out in (("cudagraph_estimate_bytes", "cudagraph_estimate_ratio"),
                          ("activation_peak_bytes", "activation_peak_ratio")):
-            v = _last(bundle, sig)
+            v = bundle.last(sig)
             if v:
                 bundle.add(out, v[0] / budget[0], f"derived: {v[0] / 2**30:.2f} GiB ({v[1]}) / budget "
                                                   f"{budget[0] / 2**30:.2f} GiB ({budget[1]})")
-    size, conc, mml = (_last(bundle, n) for n in ("kv_cache_size_tokens", "max_concurrency", "max_model_len"))
+    size, conc, mml = (bundle.last(n) for n in ("kv_cache_size_tokens", "max_concurrency", "max_model_len"))
     if size and conc and mml and conc[0] > 0 and mml[0] > 0:
         tokens = conc[0] * mml[0]
         bundle.add("kv_tokens_from_concurrency", tokens,
@@ -308,9 +303,9 @@ def _shares(bundle: Bundle) -> None:
         bundle.add("kv_size_line_ratio", size[0] / tokens,
                    f"derived: KV cache size {size[0]:,.0f} tokens ({size[1]}) / {tokens:,.0f} tokens "
                    f"(concurrency {conc[1]})")
-    util = _last(bundle, "gpu_memory_utilization")
+    util = bundle.last("gpu_memory_utilization")
     ooms = bundle.signal("cuda_oom").dropna(subset=["value"])
-    free = _last(bundle, "oom_free_bytes")
+    free = bundle.last("oom_free_bytes")
     if util and total and total[0] > 0 and not ooms.empty and free:
         tried = float(ooms["value"].iloc[-1])
         need = util[0] - max(0.0, tried - free[0]) / total[0] - 0.01
@@ -322,7 +317,7 @@ def _shares(bundle: Bundle) -> None:
         if tried > 0:
             bundle.add("oom_free_to_tried_ratio", free[0] / tried,
                        f"derived: free {free[0] / 2**30:.2f} GiB / tried {tried / 2**30:.2f} GiB ({tsrc})")
-        seqs = _last(bundle, "max_num_seqs")
+        seqs = bundle.last("max_num_seqs")
         if seqs and seqs[0] >= 1 and tried > free[0]:
             bundle.add("max_num_seqs_for_oom", max(1, math.floor(seqs[0] * free[0] / tried)),
                        f"derived: max_num_seqs {seqs[0]:.0f} ({seqs[1]}) × free {free[0] / 2**30:.2f} GiB / tried "
@@ -388,32 +383,41 @@ def _util_needed_from_log(bundle: Bundle) -> None:
                text="priced at the pool's own KV bytes per token")
 
 
-def derive(bundle: Bundle) -> None:
-    """Add derived facts to ``bundle`` (in place).
-
-    Adds, when their inputs exist:
-
-    * ``kv_capacity_tokens`` = last ``num_gpu_blocks`` (> 0) × last ``block_size`` (tokens);
-    * ``kv_bytes_per_token`` and ``kv_capacity_tokens_from_config`` (= KV memory / bytes per
-      token) when a model config was given;
-    * ``partial_block_waste_bound_tokens`` = max running × (block_size − 1) and its share of the
-      pool, ``partial_block_waste_bound_ratio`` (reference §3.2: each sequence leaves at most
-      ``block_size − 1`` empty slots in its last block);
-    * ``prefix_cache_hit_rate_early`` / ``_late`` / ``_drop`` over the window.
-    """
+def derive_pool(bundle: Bundle) -> None:
+    """Add ``kv_capacity_tokens`` = last ``num_gpu_blocks`` (> 0) × last ``block_size`` (tokens) to ``bundle``."""
     blocks = bundle.signal("num_gpu_blocks")
     blocks = blocks[blocks["value"] > 0]
-    bs = _last(bundle, "block_size")
+    bs = bundle.last("block_size")
     if not blocks.empty and bs:
         nb = float(blocks["value"].iloc[-1])
         bundle.add("kv_capacity_tokens", nb * bs[0],
                    f"derived: num_gpu_blocks {nb:,.0f} ({blocks['source'].iloc[-1]}) × block_size {bs[0]:.0f} ({bs[1]})")
+
+
+def derive_memory(bundle: Bundle) -> None:
+    """Add the capacity model's signals when a model config was given (:func:`kvdiag.derive.capacity.derive_capacity`:
+    ``kv_bytes_per_token``, ``kv_capacity_tokens_from_config``, ...), then ``gpu_memory_utilization_needed`` from the
+    log when the model gave none (:func:`_util_needed_from_log`)."""
     if bundle.model_config is not None:
-        from .derive_capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity/)
+        from .capacity import derive_capacity  # the capacity model's signals (kvdiag/capacity/)
 
         derive_capacity(bundle)
     _util_needed_from_log(bundle)
-    pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
+
+
+def derive_startup(bundle: Bundle) -> None:
+    """Add the block and start-up facts to ``bundle`` (in place).
+
+    Adds, when their inputs exist:
+
+    * ``partial_block_waste_bound_tokens`` = max running × (block_size − 1) and its share of the
+      pool, ``partial_block_waste_bound_ratio`` (reference §3.2: each sequence leaves at most
+      ``block_size − 1`` empty slots in its last block);
+    * the block overhead, the activation peak, the multimodal worst case, the OOM phases, start-up crashes and the
+      memory shares an OOM's remedies quote.
+    """
+    bs = bundle.last("block_size")
+    pool = bundle.last("kv_capacity_tokens") or bundle.last("kv_cache_size_tokens")
     running = bundle.signal("num_requests_running")
     running = running[running["value"].notna()]
     if bs and not running.empty:
@@ -431,6 +435,10 @@ def derive(bundle: Bundle) -> None:
     _oom_phases(bundle)
     _startup_crashes(bundle)
     _shares(bundle)
+
+
+def derive_hit_rate_thirds(bundle: Bundle) -> None:
+    """Add ``prefix_cache_hit_rate_early`` / ``_late`` / ``_drop`` over the window (:func:`_thirds_rate`)."""
     rates = _thirds_rate(bundle)
     if rates:
         early, late, src = rates

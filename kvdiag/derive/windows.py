@@ -19,13 +19,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
-from .derive import increase
-from .derive_prefix import derive_prefix
-from .derive_queue import derive_queue
-from .derive_dynamics import derive_dynamics
-from .derive_trend import derive_trend
-from .signals import WINDOW_HISTOGRAMS
+from ..bundle import Bundle
+from .core import increase
+from ..signals import WINDOW_HISTOGRAMS
 
 HIGH_USAGE = 0.95
 
@@ -114,11 +110,10 @@ def derive_windows(bundle: Bundle) -> None:
       per-bucket increases, for each histogram of :data:`kvdiag.signals.WINDOW_HISTOGRAMS`;
     * ``prefix_cache_hit_rate_window`` = Δhits / Δqueries over the whole window;
     * ``kv_cache_usage_high_seconds`` / ``_ratio``: time at or above 95 % usage;
-    * ``counter_resets``: one event per counter that fell (text = the signal), value = the count;
-    * then the prefix-cache, retention and demand signals of :func:`kvdiag.derive_prefix.derive_prefix`, which
-      need the window means above;
-    * then the trend and forecast signals of :func:`kvdiag.derive_trend.derive_trend` (they need the restarts above
-      and the demand means).
+    * ``counter_resets``: one event per counter that fell (text = the signal), value = the count.
+
+    The queue, prefix-cache, dynamics and trend steps after it (:data:`kvdiag.derive.STEPS`) need the window means
+    and the restarts above.
     """
     for _base, (stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
         if bundle.has(f"{stem}_mean") or bundle.has(f"{stem}_p95"):
@@ -167,7 +162,3 @@ def derive_windows(bundle: Bundle) -> None:
                 i = int(np.argmax(np.diff(v) < 0)) + 1
                 bundle.add("counter_resets", float(n), f"derived: {sig} fell at {rows['source'].iloc[i]}",
                            t=rows["t"].iloc[i], text=sig)
-    derive_queue(bundle)  # before derive_prefix: replicas_needed is sized from its rates when it has them
-    derive_prefix(bundle)
-    derive_dynamics(bundle)
-    derive_trend(bundle)

@@ -25,8 +25,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
-from .derive import increase
+from ..bundle import Bundle
+from .core import increase
 
 LOW_LOAD = 0.50
 """kv_cache_usage below this: the pool had room, cached prefixes were rarely evicted."""
@@ -257,11 +257,6 @@ def _span(df: pd.DataFrame, bundle: Bundle, name: str) -> str:
     return f"{df['_src'].iloc[0]} .. {df['_src'].iloc[-1]}" if len(df) else name
 
 
-def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
-    """``(value, source)`` of the signal's last row with a value, or None (:meth:`Bundle.last`)."""
-    return bundle.last(name)
-
-
 def _load_split(bundle: Bundle) -> None:
     if bundle.has("prefix_cache_hit_rate_low_load") or not bundle.has("kv_cache_usage"):
         return
@@ -372,7 +367,7 @@ def _alloc_rate(bundle: Bundle) -> tuple[float, float, str] | None:
 def _retention(bundle: Bundle) -> None:
     if bundle.has("prefix_cache_retention_seconds"):
         return
-    pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
+    pool = bundle.last("kv_capacity_tokens") or bundle.last("kv_cache_size_tokens")
     usage = bundle.signal("kv_cache_usage").dropna(subset=["value"])
     alloc = _alloc_rate(bundle)
     if alloc is None:
@@ -409,11 +404,11 @@ def _readmissions(bundle: Bundle) -> None:
 def _demand(bundle: Bundle) -> None:
     if bundle.has("kv_demand_tokens"):
         return
-    p, g = _last(bundle, "request_prompt_tokens_mean"), _last(bundle, "request_generation_tokens_mean")
-    pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
+    p, g = bundle.last("request_prompt_tokens_mean"), bundle.last("request_generation_tokens_mean")
+    pool = bundle.last("kv_capacity_tokens") or bundle.last("kv_cache_size_tokens")
     if not (p and g) or not bundle.has("num_requests_running"):
         return
-    mml = _last(bundle, "max_model_len")
+    mml = bundle.last("max_model_len")
     limit = mml[0] if mml and mml[0] > 0 else MAX_MEAN_TOKENS
     if not (0 <= p[0] <= limit and 0 <= g[0] <= limit):
         bundle.skipped_derived.append(f"kv_demand_tokens not estimated: mean prompt {p[0]:.6g} / output {g[0]:.6g} "
@@ -445,9 +440,9 @@ def _sizing(bundle: Bundle) -> None:
     observed peak (the running count and KV usage of one instant: :func:`fit_requests_observed`)."""
     if bundle.has("max_num_seqs_fit"):
         return
-    pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
-    fp8 = _last(bundle, "kv_capacity_tokens_fp8")
-    demand, fit = _last(bundle, "kv_demand_tokens"), _last(bundle, "kv_fit_requests")
+    pool = bundle.last("kv_capacity_tokens") or bundle.last("kv_cache_size_tokens")
+    fp8 = bundle.last("kv_capacity_tokens_fp8")
+    demand, fit = bundle.last("kv_demand_tokens"), bundle.last("kv_fit_requests")
     ratio = None  # demand / one pool, and where both came from
     if fit and fit[0] < 1:  # a mean request larger than the pool: no max_num_seqs (nor replica count) from it
         bundle.skipped_derived.append(f"max_num_seqs_fit not taken from the demand estimate: the mean request "
@@ -488,9 +483,9 @@ def _sizing(bundle: Bundle) -> None:
         bundle.add("kv_demand_requests", float(total[i]), f"derived: {parts} ({cols['_src'].iloc[i]})")
         ratio = total[i] / per, (f"{total[i]:,.0f} requests in the server ({cols['_src'].iloc[i]}) / {per:,.1f} the "
                                  f"pool holds ({r:.0f} running / usage {u:.1%}, {peak['_src']})"), basis
-    rates = _last(bundle, "replicas_from_rates")
+    rates = bundle.last("replicas_from_rates")
     if rates:  # sized from rates (arrivals vs completions, Little's law): the same for a longer window
-        lo, hi = _last(bundle, "replicas_from_rates_low"), _last(bundle, "replicas_from_rates_high")
+        lo, hi = bundle.last("replicas_from_rates_low"), bundle.last("replicas_from_rates_high")
         if rates[0] < 2:
             return
         text = bundle.signal("replicas_from_rates")["text"].iloc[-1]
@@ -517,7 +512,7 @@ def _sizing(bundle: Bundle) -> None:
 
 
 def _hybrid_floor(bundle: Bundle) -> None:
-    bs = _last(bundle, "block_size")
+    bs = bundle.last("block_size")
     if bs and bs[0] > 128 and not bundle.has("hybrid_block_size"):
         bundle.add("hybrid_block_size", bs[0], f"derived: block_size {bs[0]:,.0f} ({bs[1]}) > 128: raised for a "
                                                 "hybrid model's state pages")
@@ -528,8 +523,6 @@ def derive_prefix(bundle: Bundle) -> None:
 
     * ``prefix_cache_hit_rate_low_load`` / ``_high_load`` / ``_load_drop`` (:func:`hit_rate_by_load`; from the V1
       log's rolling rate when there are no counters);
-    * ``prefix_cache_hit_rate_early`` / ``_late`` / ``_drop`` from a V0 cumulative hit rate, de-cumulated
-      (:func:`decumulate`) — only when no counters gave them;
     * ``kv_block_alloc_tokens_per_second`` and ``prefix_cache_retention_seconds`` (:func:`retention_seconds`);
     * ``prefix_cache_readmission_preemptions`` for a 0.9-0.11 server that preempted (the hit rate is inflated);
     * ``kv_demand_tokens`` / ``kv_demand_ratio`` / ``kv_fit_requests`` (:func:`demand_tokens`; needs the length
@@ -539,7 +532,6 @@ def derive_prefix(bundle: Bundle) -> None:
     * ``hybrid_block_size`` when block_size is above 128 tokens (the hybrid block floor of the prefix cache).
     """
     _load_split(bundle)
-    _cumulative_thirds(bundle)
     _retention(bundle)
     _readmissions(bundle)
     _demand(bundle)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .bundle import Bundle
+from ..bundle import Bundle
 
 TREND_SECONDS = 300.0
 """The trend is fitted over the samples of the last 5 minutes of the window (``[5m]`` in the exported alert)."""
@@ -188,7 +188,7 @@ def derive_trend(bundle: Bundle) -> None:
 
 
 def _demand_slope(bundle: Bundle, since: float) -> None:
-    from .derive_prefix import demand_tokens
+    from .prefix import demand_tokens
 
     p, g = bundle.signal("request_prompt_tokens_mean"), bundle.signal("request_generation_tokens_mean")
     p, g = p[p["value"].notna()], g[g["value"].notna()]

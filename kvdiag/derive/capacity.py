@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import math
 
-from . import capacity
-from .bundle import Bundle
-from .errors import InputError
+from .. import capacity
+from ..bundle import Bundle
+from ..errors import InputError
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's default ``gpu_memory_utilization`` through 0.16 (0.92 from 0.24, reference §1.4)."""
-
-
-def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:
-    """``(value, source)`` of the signal's last row with a value, or None (:meth:`Bundle.last`)."""
-    return bundle.last(name)
 
 
 def derive_capacity(bundle: Bundle) -> None:
@@ -47,7 +42,7 @@ def derive_capacity(bundle: Bundle) -> None:
         return
     src_cfg = bundle.model_config_source
     shape = capacity.model_shape(cfg)
-    tp_row = _last(bundle, "tensor_parallel_size")
+    tp_row = bundle.last("tensor_parallel_size")
     tp = int(tp_row[0]) if tp_row and tp_row[0] >= 1 else 1
     tp_src = tp_row[1] if tp_row else "tensor_parallel_size 1 (vLLM default; none logged)"
     dtype_row = bundle.signal("cache_dtype")
@@ -65,7 +60,7 @@ def derive_capacity(bundle: Bundle) -> None:
         bpt = capacity.kv_bytes_per_token(shape, kv_dtype, tensor_parallel_size=tp)
     bundle.add("kv_bytes_per_token", bpt,
                f"derived: capacity model of {src_cfg} (kv_cache_dtype {kv_dtype}, TP {tp}: {tp_src})")
-    kv = _last(bundle, "kv_cache_memory_bytes")
+    kv = bundle.last("kv_cache_memory_bytes")
     if kv and kv[0] > 0:
         bundle.add("kv_capacity_tokens_from_config", math.floor(kv[0] / bpt),
                    f"derived: KV memory {kv[0] / 2**30:.2f} GiB ({kv[1]}) / {bpt:,} B per token")
@@ -77,8 +72,8 @@ def derive_capacity(bundle: Bundle) -> None:
         total_w = capacity.weights_bytes(cfg, None if has_qc or not logged_q else logged_q)
     except (InputError, ValueError):
         total_w = None
-    total = _last(bundle, "gpu_total_bytes")
-    util_row = _last(bundle, "gpu_memory_utilization")
+    total = bundle.last("gpu_total_bytes")
+    util_row = bundle.last("gpu_memory_utilization")
     util = util_row[0] if util_row else DEFAULT_GPU_MEMORY_UTILIZATION
     util_src = util_row[1] if util_row else f"gpu_memory_utilization {DEFAULT_GPU_MEMORY_UTILIZATION} (vLLM default)"
     if total_w:
@@ -95,8 +90,8 @@ def derive_capacity(bundle: Bundle) -> None:
                 bundle.add("min_tensor_parallel_for_weights", need,
                            f"derived: smallest TP with weights ({total_w / 2**30:.1f} GiB) / TP ≤ 90 % of "
                            f"{budget / 2**30:.2f} GiB")
-    mml = _last(bundle, "max_model_len")
-    budget_row = _last(bundle, "gpu_budget_bytes")
+    mml = bundle.last("max_model_len")
+    budget_row = bundle.last("gpu_budget_bytes")
     if mml and kv and total:
         budget = budget_row[0] if budget_row else total[0] * util
         non_kv = budget - kv[0]
@@ -107,7 +102,7 @@ def derive_capacity(bundle: Bundle) -> None:
                        f"derived: (non-KV {non_kv / 2**30:.2f} GiB + KV for max_model_len {mml[0]:,.0f} = "
                        f"{need_kv / 2**30:.2f} GiB) / GPU {total[0] / 2**30:.2f} GiB",
                        text="capacity model of the model config")
-    pool = _last(bundle, "kv_capacity_tokens") or _last(bundle, "kv_cache_size_tokens")
+    pool = bundle.last("kv_capacity_tokens") or bundle.last("kv_cache_size_tokens")
     if pool and pool[0] > 0:
         gain = capacity.fp8_kv_gain(shape, kv_dtype)
         if gain > 1:
@@ -125,15 +120,15 @@ def _modelled_token_line(bundle: Bundle, shape, kv, kv_dtype: str, tp: int, src_
     if not kv or kv[0] <= 0:
         return
     version = _text_last(bundle, "vllm_version")
-    pp = _last(bundle, "pipeline_parallel_size")
-    dcp = _last(bundle, "decode_context_parallel_size")
-    spec_n = _last(bundle, "num_speculative_tokens")
+    pp = bundle.last("pipeline_parallel_size")
+    dcp = bundle.last("decode_context_parallel_size")
+    spec_n = bundle.last("num_speculative_tokens")
     method = _text_last(bundle, "speculative_method")
     if method not in capacity.SPECULATIVE_METHODS:
         method = None
     ssm = _text_last(bundle, "mamba_ssm_cache_dtype")
-    pc = _last(bundle, "enable_prefix_caching")
-    mml = _last(bundle, "max_model_len")
+    pc = bundle.last("enable_prefix_caching")
+    mml = bundle.last("max_model_len")
     facts = {"vllm_version": version, "pipeline_parallel_size": int(pp[0]) if pp else 1,
              "decode_context_parallel_size": int(dcp[0]) if dcp else 1,
              "speculative_method": method, "num_speculative_tokens": int(spec_n[0]) if spec_n and method else 0,
