@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from .options import DURATION, exit_codes, http_options, http_opts, INTERRUPT_ROW, source_options
+from .options import DURATION, INTERRUPT_ROW, exit_codes, http_options, http_opts, source_options
 
 JUDGE_CODES = exit_codes(("0", "no problem found"), ("1", "warning"), ("2", "critical"),
                          ("3", "could not judge: bad usage, unreadable input, unreachable URL, nothing evaluable"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from ..engine.model import load_rules
-from .options import exit_codes, http_options, http_opts, INTERRUPT_ROW, source_options
+from .options import INTERRUPT_ROW, exit_codes, http_options, http_opts, source_options
 
 CHECK_CODES = exit_codes(("0", "OK"), ("1", "WARNING"), ("2", "CRITICAL"),
                          ("3", "UNKNOWN: could not judge, or an OK verdict whose --state, --textfile or --pushgateway "

@@ -41,4 +41,3 @@ def dashboards_export(out, window, rules_dirs) -> None:
         write_output(out, text, "--out")
     else:
         click.echo(text, nl=False)
-

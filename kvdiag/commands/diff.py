@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .options import DURATION, exit_codes, http_opts, INTERRUPT_ROW
+from .options import DURATION, INTERRUPT_ROW, exit_codes, http_opts
 
 DIFF_CODES = exit_codes(("0", "the comparison was made (--fail-on-regression: and AFTER did not regress); each "
                               "side's verdict is in the output"),

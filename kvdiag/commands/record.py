@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import InputError
-from .options import exit_codes, http_options, http_opts, SCRAPE_DURATION, SCRAPE_INTERVAL
+from .options import SCRAPE_DURATION, SCRAPE_INTERVAL, exit_codes, http_options, http_opts
 
 RECORD_CODES = exit_codes(("0", "recording written"),
                           ("3", "nothing recorded (the first scrape failed), bad usage, --out not writable"),
@@ -42,4 +42,3 @@ def record(metrics_url, interval, duration, out, headers, bearer_token_file, ca_
     http = http_opts(headers, bearer_token_file, ca_cert, insecure, timeout)
     n, samples = rec(metrics_url, out, duration=duration, interval=interval, http=http, progress=progress)
     click.echo(f"kvdiag: recorded {n} scrape(s), {samples} sample(s) of {safe_url(metrics_url)} to {out}", err=True)
-

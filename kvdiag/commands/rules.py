@@ -145,4 +145,3 @@ def rules_explain(rule_id, rules_dirs) -> None:
                                  subsequent_indent="  "))
     click.echo(f"\nSignals required: {', '.join(' or '.join(g) for g in r.requires) or '-'}")
     click.echo(f"File: {r.path}")
-

@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..engine.model import load_rules
-from .options import DURATION, Duration, exit_codes, http_options, http_opts, SCRAPE_INTERVAL
+from .options import DURATION, SCRAPE_INTERVAL, Duration, exit_codes, http_options, http_opts
 
 WATCH_CODES = exit_codes(("0", "ended by q, Ctrl-C or SIGTERM: the final report printed"),
                          ("3", "bad usage, an invalid rule file, a --listen address that cannot be bound"))
