@@ -269,3 +269,12 @@ def test_a_stale_exception_fails(tmp_path):
     found = problems(graph(root), upward={("kvdiag.errors", "kvdiag.cli"): "gone"},
                      known_circles={frozenset({"kvdiag.a", "kvdiag.b"}): "gone"})
     assert len(found) == 2 and all("delete the entry" in f for f in found), found
+
+
+def test_every_package_is_shipped():
+    """A new package of kvdiag/ (commands/, derive/) is listed in pyproject's packages, or the wheel lacks it."""
+    import tomllib
+
+    listed = set(tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {name for name, path in modules(PKG).items() if path.name == "__init__.py"}
+    assert found <= listed, sorted(found - listed)
