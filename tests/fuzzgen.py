@@ -284,7 +284,7 @@ def run_config(data: bytes, tmp: Path, judge: bool = True) -> str:
     def both():
         from kvdiag.errors import KvdiagError
 
-        from kvdiag.estimate_cmd import _load_config
+        from kvdiag.commands.estimate import _load_config
         try:
             _load_config(path)
         except KvdiagError:  # estimate's clean refusal is an outcome; anything else propagates (the defect)

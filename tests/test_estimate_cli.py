@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from kvdiag.errors import InputError
-from kvdiag.estimate_cmd import estimate
+from kvdiag.commands.estimate import estimate
 
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "capacity" / "configs"
 KEYS = {

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from kvdiag import capacity as cap
 from kvdiag.capacity.quantization import bytes_per_weight
 from kvdiag.errors import InputError
-from kvdiag.estimate_cmd import estimate
+from kvdiag.commands.estimate import estimate
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 GIB = 2**30

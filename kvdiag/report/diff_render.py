@@ -1,5 +1,5 @@
-"""Renderers of :class:`kvdiag.report.diff_model.DiffResult`: text, JSON, Markdown, HTML
-(``DIFF_RENDERERS[fmt](result)``; the HTML page is :mod:`kvdiag.report.diff_html`).
+"""Renderers of :class:`kvdiag.report.diff_model.DiffResult`: text, JSON, Markdown (by name, with the HTML page of
+:mod:`kvdiag.report.diff_html`: ``DIFF_RENDERERS[fmt](result)`` in :mod:`kvdiag.report.diff_formats`).
 
 They consume the finished result and nothing else; every output passes :func:`kvdiag.redaction.redact`.
 """
@@ -191,15 +191,3 @@ def render_diff_markdown(result: DiffResult) -> str:
 def render_diff_json(result: DiffResult) -> str:
     """One JSON object (``kvdiag/report/diff.schema.json``), every string redacted before it is serialised."""
     return json.dumps(_redact_values(result.to_dict()), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def render_diff_html(result: DiffResult) -> str:
-    """One self-contained HTML page (:mod:`kvdiag.report.diff_html`; matplotlib is loaded only for it)."""
-    from .diff_html import render_diff_html as render
-
-    return render(result)
-
-
-DIFF_RENDERERS = {"text": render_diff_text, "json": render_diff_json, "markdown": render_diff_markdown,
-                  "html": render_diff_html}
-"""``DIFF_RENDERERS[fmt](result)``; the text renderer also takes ``width``."""

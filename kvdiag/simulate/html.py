@@ -1,4 +1,4 @@
-"""``kvdiag simulate --format html``: the outcome document (:func:`kvdiag.simulate.cmd.build_document`) as one
+"""``kvdiag simulate --format html``: the outcome document (:func:`kvdiag.commands.simulate.build_document`) as one
 self-contained page in the shell every kvdiag page shares (:mod:`kvdiag.report.htmlpage`: no script, CSP
 ``default-src 'none'``, every text redacted then escaped).
 
@@ -13,7 +13,7 @@ import json
 
 from ..report.html import LINE, SECOND, SEVERITY_COLOURS
 from ..report.htmlpage import _RC, _e, _m, _svg, page
-from .cmd import _COLS, _cells, _cost_line, _setting_label
+from .document import _COLS, _cells, _cost_line, _setting_label
 
 
 def _varied(runs: list[dict]) -> list[str]:

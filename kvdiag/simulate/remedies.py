@@ -101,7 +101,7 @@ def prepare(trace: str | None, step_cost: str | None, several: bool) -> dict:
     (``keep`` receives the analysed bundle). Raises click.UsageError / InputError (one line)."""
     import click
 
-    from .cmd import parse_step_cost
+    from .document import parse_step_cost
     from .workload import load_trace
 
     if not trace or not step_cost:

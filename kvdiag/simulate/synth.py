@@ -35,9 +35,9 @@ MAX_PAGES = 100_000
 
 def _read_page(path: Path) -> dict:
     """The sums the synthesis needs from one saved page, read through the input layer
-    (:func:`kvdiag.inputs.pages.samples`: a value that is no finite number and a bucket whose ``le`` is no number
+    (:func:`kvdiag.inputs.samples.samples`: a value that is no finite number and a bucket whose ``le`` is no number
     are left out, never a ValueError)."""
-    from ..inputs.pages import samples
+    from ..inputs.samples import samples
 
     out: dict = {"buckets": {}, "info": None}
     for n, labels, v, le in samples(str(path)):
@@ -197,7 +197,7 @@ def fit_step_cost(folder: str) -> tuple["StepCost", str]:
 
     pages = _pages(folder)
     rows = []
-    from ..inputs.pages import samples
+    from ..inputs.samples import samples
     from ..numbers import finite_float
 
     for t, p in pages:

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import click
 
+from .options import DURATION, INTERRUPT_ROW, exit_codes, http_opts
 
-@click.command("diff")  # its exit codes: the epilog kvdiag.cli sets
+DIFF_CODES = exit_codes(("0", "the comparison was made (--fail-on-regression: and AFTER did not regress); each "
+                              "side's verdict is in the output"),
+                        ("1", "--fail-on-regression only: AFTER regressed (a longer queue, less throughput, more "
+                              "preemptions, fewer KV tokens, a failure BEFORE did not have, a worse verdict)"),
+                        ("3", "could not compare: bad usage, unreadable input, or different models (without "
+                              "--allow-different-models)"), INTERRUPT_ROW)
+
+
+@click.command("diff", epilog=DIFF_CODES)
 @click.argument("before", metavar="BEFORE", required=False)
 @click.argument("after", metavar="AFTER", required=False)
 @click.option("--before-also", "before_also", multiple=True, metavar="FILE",
@@ -45,9 +54,9 @@ def diff(ctx, before, after, before_also, after_also, prometheus_url, before_win
     """What changed between BEFORE and AFTER (a vLLM log, a saved /metrics page or a recording each, told apart by
     content): the start-up memory budget line by line, the configuration, the run, both verdicts, the most moved
     first, and the lines that explain the change."""
-    from .diff import compare, diff_inputs
-    from .extras import require_html
-    from .report.diff_render import DIFF_RENDERERS
+    from ..diff import compare, diff_inputs
+    from ..extras import require_html
+    from ..report.diff_formats import DIFF_RENDERERS
 
     require_html(fmt)  # the kvdiag[html] extra: one line when matplotlib is missing, before any input is read
 
@@ -73,17 +82,16 @@ def diff(ctx, before, after, before_also, after_also, prometheus_url, before_win
         if not (before and after):
             raise click.UsageError("give BEFORE and AFTER (two files), or --prometheus-url with --before-window "
                                    "and --after-window")
-    from .inputs.files import folder_files
+    from ..inputs.files import folder_files
 
     inputs = ([before, *before_also, after, *after_also] if not prometheus_url else []) + folder_files(rules_dirs)
     if output:
-        from .fileio import check_output_target
+        from ..fileio import check_output_target
 
         check_output_target(output, "--output", inputs)
     if prometheus_url:
-        from .cli import DURATION, _http_opts  # the types and wiring analyze uses (cli is loaded by now)
-        from .collect.prometheus import parse_window
-        from .diff import read_prometheus_side
+        from ..collect.prometheus import parse_window
+        from ..diff import read_prometheus_side
 
         def window(opt: str, text: str) -> tuple[float, float]:
             a, sep, b = text.partition("..")
@@ -94,7 +102,7 @@ def diff(ctx, before, after, before_also, after_also, prometheus_url, before_win
         step = DURATION.convert(step, None, ctx)
         bw = window("--before-window", before_window)
         aw = window("--after-window", after_window) if after_window else bw
-        http = _http_opts((), None, None, False, 10.0)
+        http = http_opts((), None, None, False, 10.0)
         sides = [read_prometheus_side(prometheus_url, sel or selector or "", w[0], w[1], step, instance, http,
                                       list(rules_dirs))
                  for sel, w in ((before_selector, bw), (after_selector, aw))]
@@ -104,7 +112,7 @@ def diff(ctx, before, after, before_also, after_also, prometheus_url, before_win
                              allow_different_models=allow_different_models, fail_on_regression=fail_on_regression)
     text = DIFF_RENDERERS[fmt](result, width=width) if fmt == "text" else DIFF_RENDERERS[fmt](result)
     if output:
-        from .export import write_output
+        from ..export import write_output
 
         write_output(output, text, "--output")
     else:

@@ -16,6 +16,13 @@ import click
 from kvdiag import capacity as cap
 from kvdiag.errors import InputError
 
+from .options import exit_codes
+
+ESTIMATE_CODES = exit_codes(("0", "estimate printed: vLLM would start"),
+                            ("2", "vLLM would refuse to start (no KV memory, or a pool smaller than one max_model_len "
+                                  "request); the first line says so with the smallest TP or memory that starts"),
+                            ("3", "bad usage, unreadable or invalid --model-config"))
+
 _KV_DTYPES = click.Choice(list(cap.KV_CACHE_DTYPES), case_sensitive=False)
 
 
@@ -45,7 +52,7 @@ MAX_TOKENS = 1 << 31
 
 def _load_config(path: str) -> dict[str, Any]:
     """Read a HF config.json; InputError naming the file and what was expected."""
-    from .inputs.jsondoc import config
+    from ..inputs.jsondoc import config
 
     data = config(path, label="--model-config")
     try:
@@ -62,7 +69,7 @@ def _relabel(exc: InputError, path: str) -> InputError:
     return InputError(f"{path}: {msg}")
 
 
-@click.command("estimate")
+@click.command("estimate", epilog=ESTIMATE_CODES)
 @click.option("--model-config", "model_config", required=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="Hugging Face config.json of the model.")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, type=_KV_DTYPES,

@@ -16,8 +16,10 @@ import click
 from ..durations import parse_duration
 from ..errors import InputError
 from ..redaction import redact
-from .model import MAX_BLOCKS, Setting, SimulationLimit, StepCost, simulate
-from .workload import MAX_REQUESTS, load_lab_case, load_trace, summarize
+from ..simulate.document import _COLS, _cells, _cost_line, _setting_label, parse_step_cost  # noqa: F401
+from ..simulate.model import MAX_BLOCKS, Setting, SimulationLimit, StepCost, simulate
+from ..simulate.workload import MAX_REQUESTS, load_lab_case, load_trace, summarize
+from .options import exit_codes
 
 def _kv_dtypes() -> click.Choice:
     from .. import capacity as cap
@@ -26,8 +28,7 @@ def _kv_dtypes() -> click.Choice:
 
 
 MAX_SETTINGS = 64
-STEP_COST_KEYS = ("overhead_ms", "weights_ms", "compute_us_per_token", "kv_read_ns_per_token", "jitter", "seed")
-SCHEMA_PATH = Path(__file__).with_name("simulate.schema.json")
+SCHEMA_PATH = Path(__file__).parents[1] / "simulate" / "simulate.schema.json"
 
 
 def _int_list(opt: str, text: str | None, lo: int, hi: int) -> list[int] | None:
@@ -67,43 +68,9 @@ def _float_list(opt: str, text: str | None, lo: float, hi: float) -> list[float]
     return out
 
 
-def parse_step_cost(text: str | None, base: StepCost | None) -> StepCost:
-    """``overhead_ms=4,weights_ms=45,compute_us_per_token=230,kv_read_ns_per_token=500[,jitter=0.03,seed=1076]``
-    → :class:`StepCost`; keys not given come from ``base`` (a lab case's constants)."""
-    vals: dict[str, float] = dataclasses.asdict(base) if base else {}
-    if text:
-        for part in text.split(","):
-            if not part.strip():
-                continue
-            k, sep, v = part.partition("=")
-            k = k.strip()
-            if not sep or k not in STEP_COST_KEYS:
-                raise click.BadParameter(f"{part.strip()!r}: expected key=value with keys {', '.join(STEP_COST_KEYS)}",
-                                         param_hint="--step-cost")
-            try:
-                x = float(v)
-            except ValueError:
-                raise click.BadParameter(f"{k}={v.strip()!r}: expected a number", param_hint="--step-cost") from None
-            hi = 1.0 if k == "jitter" else (2**63 if k == "seed" else 1e6)
-            if not math.isfinite(x) or not 0 <= x <= hi or (k == "seed" and x != int(x)):
-                raise click.BadParameter(f"{k}={v.strip()}: expected a finite number from 0 to {hi:g}",
-                                         param_hint="--step-cost")
-            vals[k] = x
-    missing = [k for k in STEP_COST_KEYS[:4] if k not in vals]
-    if missing:
-        raise click.BadParameter(f"missing {', '.join(missing)}: the step-time model is a parameter "
-                                 "(overhead_ms, weights_ms, compute_us_per_token, kv_read_ns_per_token)",
-                                 param_hint="--step-cost")
-    if vals["overhead_ms"] + vals["weights_ms"] <= 0 and vals["compute_us_per_token"] <= 0:
-        raise click.BadParameter("a step would take no time: expected overhead_ms, weights_ms or "
-                                 "compute_us_per_token above 0", param_hint="--step-cost")
-    return StepCost(float(vals["overhead_ms"]), float(vals["weights_ms"]), float(vals["compute_us_per_token"]),
-                    float(vals["kv_read_ns_per_token"]), float(vals.get("jitter", 0.0)), int(vals.get("seed", 0)))
-
-
 def _blocks_from_memory(gib: float, model_config: str, block_size: int, kv_cache_dtype: str) -> int:
     from .. import capacity as cap
-    from ..estimate_cmd import _load_config
+    from .estimate import _load_config
 
     shape = cap.model_shape(_load_config(model_config))
     kinds = set(shape.layer_kinds)
@@ -195,34 +162,6 @@ def build_document(source: dict, runs: list[dict], cost: StepCost, duration: flo
             "notes": notes}
 
 
-_COLS = [("preemptions", "preempt", "{:d}"), ("kv_cache_usage_peak", "usage peak", "{:.3f}"),
-         ("kv_cache_usage_mean", "usage mean", "{:.3f}"), ("num_requests_waiting_mean", "wait mean", "{:.2f}"),
-         ("num_requests_waiting_p95", "wait p95", "{:.0f}"), ("num_requests_waiting_max", "wait max", "{:d}"),
-         ("queue_time_p50_s", "queue p50 s", "{:.2f}"), ("queue_time_p95_s", "queue p95 s", "{:.2f}"),
-         ("throughput_tokens_per_s", "tok/s", "{:.1f}"),
-         ("prefix_cache_hit_rate", "hit rate", "{:.3f}"), ("requests_unfinished", "unfinished", "{:d}")]
-
-
-def _setting_label(s: dict, varied: list[str]) -> str:
-    keys = varied or ["num_gpu_blocks"]
-    return " ".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in s.items() if k in keys)
-
-
-def _cells(row: dict) -> list[str]:
-    out = []
-    for key, _, f in _COLS:
-        v = row.get(key)
-        out.append("-" if v is None else f.format(v))
-    return out
-
-
-def _cost_line(c: dict) -> str:
-    """The step-time formula in words (``key=value`` with a ``token`` key would read as a secret to redact)."""
-    jit = f", jitter ±{c['jitter']:g} seed {c['seed']}" if c.get("jitter") else ""
-    return (f"step time: {c['overhead_ms']:g} ms + max({c['weights_ms']:g} ms, {c['compute_us_per_token']:g} us x "
-            f"scheduled tokens) + {c['kv_read_ns_per_token']:g} ns x context tokens{jit}")
-
-
 def _redact_strings(v):
     if isinstance(v, str):
         return redact(v)
@@ -281,7 +220,7 @@ def render_markdown(doc: dict) -> str:
 
 def render(doc: dict, fmt: str) -> str:
     if fmt == "html":
-        from .html import render_html
+        from ..simulate.html import render_html
 
         return render_html(doc)
     if fmt == "json":
@@ -289,7 +228,11 @@ def render(doc: dict, fmt: str) -> str:
     return redact(render_markdown(doc) if fmt == "markdown" else render_text(doc))
 
 
-@click.command("simulate")
+SIMULATE_CODES = exit_codes(("0", "table printed"), ("3", "bad usage, an unreadable or invalid trace, lab case "
+                                                     "or --model-config, a run past --max-steps"))
+
+
+@click.command("simulate", epilog=SIMULATE_CODES)
 @click.option("--trace", "trace", default=None, type=click.Path(dir_okay=False), metavar="FILE",
               help="Request trace: the lab's workload.json, CSV or JSONL (arrival_s, prompt_tokens, output_tokens, "
                    "optional prefix_id, prefix_tokens, max_tokens).")
@@ -370,7 +313,7 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
                              f"{max_requests:,} (raise the cap with --max-requests)")
         source = {"kind": "lab-case", "path": str(lab_case), "mode": case["mode"]}
     elif from_metrics:
-        from .synth import synthesize
+        from ..simulate.synth import synthesize
 
         syn = synthesize(from_metrics)
         reqs, dur = syn["requests"], syn["duration_s"]
@@ -388,7 +331,7 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
     if not reqs:
         raise InputError(f"{trace or lab_case or from_metrics}: no requests: expected at least one")
     if from_metrics and not step_cost:  # fitted from the pages' step counts and token counts (synth.py)
-        from .synth import fit_step_cost
+        from ..simulate.synth import fit_step_cost
 
         base_cost, fitted = fit_step_cost(from_metrics)
         source["step_cost"] = fitted
