@@ -48,16 +48,10 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("kvdiag.collect.prometheus", "kvdiag.derive*"):
         "the PromQL reader builds its queries with derive's load thresholds (HIGH_LOAD, LOW_LOAD, MIN_SHARE); they "
         "move to the one module of named constants (issue 26, 'named constants'); until then this arrow only",
-    ("kvdiag.collect.prometheus", "kvdiag.windows"):
-        "the PromQL reader's HIGH_USAGE threshold, as above",
 }
 """(importing module, imported module pattern) → why the arrow to a higher layer is there for now."""
 
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"kvdiag.windows", "kvdiag.derive_queue"}):
-        "the derive chain's order is written only at call sites; issue 26's kvdiag/derive/ package (another "
-        "branch: one STEPS list, each step's READS and WRITES) removes it",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 """The modules of one import circle (a strongly connected component) → why it is left for now."""
 
 MAX_LINES = 800
