@@ -13,6 +13,8 @@ import math
 
 from dataclasses import dataclass, field
 
+from . import vllm_metrics as _vm
+
 
 @dataclass(frozen=True)
 class Signal:
@@ -39,61 +41,71 @@ class Signal:
     logs: tuple[str, ...] = field(default_factory=tuple)
 
 
+def _fed(*signals: str) -> tuple[str, ...]:
+    """The ``metrics`` prose of a signal read from (or derived from) these signals' /metrics names."""
+    return tuple(p for s in signals for p in _vm.prose(s))
+
+
+def _info(signal: str) -> tuple[str, ...]:
+    """The ``metrics`` prose of a fact read from a ``cache_config_info`` label."""
+    return _vm.info_prose(signal)
+
+
 _SIGNALS = [
     # --- KV pool and scheduler state (gauges) -------------------------------------------------
     Signal("kv_cache_usage", "gauge", "ratio",
            "share of usable KV blocks pinned by live requests (cached-but-free prefix blocks count as free)",
-           ("kv_cache_usage_perc (V1 0.9+)", "gpu_cache_usage_perc (V0 0.4-0.10, V1 0.7-0.10)"),
+           _fed("kv_cache_usage"),
            ("periodic stats line 'GPU KV cache usage: X%' (V0 and V1, all versions)",)),
     Signal("cpu_cache_usage", "gauge", "ratio", "V0 CPU swap pool usage",
-           ("cpu_cache_usage_perc (V0 0.4-0.7)",), ("V0 stats line 'CPU KV cache usage: X%'",)),
+           _fed("cpu_cache_usage"), ("V0 stats line 'CPU KV cache usage: X%'",)),
     Signal("num_requests_running", "gauge", "requests", "requests in the running batch",
-           ("num_requests_running",), ("stats line 'Running: N reqs'",)),
+           _fed("num_requests_running"), ("stats line 'Running: N reqs'",)),
     Signal("num_requests_waiting", "gauge", "requests", "requests queued, not yet scheduled",
-           ("num_requests_waiting",), ("stats line 'Waiting: N reqs' (V1) / 'Pending: N reqs' (V0)",)),
+           _fed("num_requests_waiting"), ("stats line 'Waiting: N reqs' (V1) / 'Pending: N reqs' (V0)",)),
     Signal("num_requests_swapped", "gauge", "requests", "V0 sequence groups swapped to CPU (SWAP preemption)",
-           ("num_requests_swapped (V0 0.4-0.7)",), ("V0 stats line 'Swapped: N reqs'",)),
+           _fed("num_requests_swapped"), ("V0 stats line 'Swapped: N reqs'",)),
     Signal("prompt_throughput", "gauge", "tokens/s", "average prompt (prefill) throughput of the last log interval",
            (), ("stats line 'Avg prompt throughput: X tokens/s'",)),
     Signal("generation_throughput", "gauge", "tokens/s", "average generation throughput of the last log interval",
            (), ("stats line 'Avg generation throughput: X tokens/s'",)),
     # --- counters -------------------------------------------------------------------------------
     Signal("num_preemptions", "counter", "requests", "cumulative preemptions (recompute or swap)",
-           ("num_preemptions_total (V0 0.4-0.10, V1 0.8+)",),
+           _fed("num_preemptions"),
            ("V0 WARNING 'Sequence group ... is preempted ... total_num_cumulative_preemption=N' (every 50th)",
             "V1 0.16+ stats line 'Preemptions: N' (per interval)")),
     Signal("prefix_cache_queries", "counter", "tokens", "prefix-cache lookups (tokens; blocks in V1 0.7-0.8)",
-           ("prefix_cache_queries_total (0.9+)", "gpu_prefix_cache_queries_total (V1 0.7-0.10)")),
+           _fed("prefix_cache_queries")),
     Signal("prefix_cache_hits", "counter", "tokens", "prefix-cache hits (tokens; blocks in V1 0.7-0.8)",
-           ("prefix_cache_hits_total (0.9+)", "gpu_prefix_cache_hits_total (V1 0.7-0.10)")),
+           _fed("prefix_cache_hits")),
     Signal("prefix_cache_hit_rate", "gauge", "ratio",
            "prefix-cache hit rate as the V1 log reports it: over the most recent 1000 requests (a rolling window)",
            (), ("V1 stats line 'Prefix cache hit rate: X%' (0.7+)",)),
     Signal("prefix_cache_hit_rate_cumulative", "gauge", "ratio",
            "V0 prefix-cache block hit rate, cumulative since the engine started: a fall in the window shows damped",
-           ("gpu_prefix_cache_hit_rate (V0 0.5-0.7; -1 = disabled)",),
+           _fed("prefix_cache_hit_rate_cumulative"),
            ("V0 record 'Prefix cache hit rate: GPU: X%, CPU: Y%' (0.5-0.10)",)),
-    Signal("prompt_tokens", "counter", "tokens", "prompt tokens processed", ("prompt_tokens_total",)),
-    Signal("generation_tokens", "counter", "tokens", "generation tokens processed", ("generation_tokens_total",)),
+    Signal("prompt_tokens", "counter", "tokens", "prompt tokens processed", _fed("prompt_tokens")),
+    Signal("generation_tokens", "counter", "tokens", "generation tokens processed", _fed("generation_tokens")),
     # --- pool facts -----------------------------------------------------------------------------
     Signal("num_gpu_blocks", "fact", "blocks", "KV blocks in the GPU pool",
-           ("cache_config_info{num_gpu_blocks} (sum over DP engines)",),
+           _info("num_gpu_blocks"),
            ("K1/K2/K3 '# GPU blocks: N'", "K11 'num_gpu_blocks is: N'")),
-    Signal("num_cpu_blocks", "fact", "blocks", "V0 CPU swap blocks", ("cache_config_info{num_cpu_blocks}",),
+    Signal("num_cpu_blocks", "fact", "blocks", "V0 CPU swap blocks", _info("num_cpu_blocks"),
            ("K1/K2 '# CPU blocks: N'",)),
-    Signal("block_size", "fact", "tokens", "tokens per KV block", ("cache_config_info{block_size}",),
+    Signal("block_size", "fact", "tokens", "tokens per KV block", _info("block_size"),
            ("K10 'Setting attention block size to N tokens'", "engine args block_size=N")),
     Signal("gpu_memory_utilization", "fact", "ratio", "share of GPU memory vLLM may use",
-           ("cache_config_info{gpu_memory_utilization}",), ("M1/M2 profiling lines", "engine args")),
-    Signal("cache_dtype", "fact", "text", "KV cache dtype", ("cache_config_info{cache_dtype}",), ("engine args",)),
-    Signal("enable_prefix_caching", "fact", "bool", "prefix caching on", ("cache_config_info{enable_prefix_caching}",),
+           _info("gpu_memory_utilization"), ("M1/M2 profiling lines", "engine args")),
+    Signal("cache_dtype", "fact", "text", "KV cache dtype", _info("cache_dtype"), ("engine args",)),
+    Signal("enable_prefix_caching", "fact", "bool", "prefix caching on", _info("enable_prefix_caching"),
            ("engine args",)),
     Signal("max_model_len", "fact", "tokens", "longest context one request may have", (),
            ("K5 'Maximum concurrency for N tokens per request'", "E2 errors", "engine args")),
     Signal("kv_cache_size_tokens", "fact", "tokens", "token capacity vLLM printed ('GPU KV cache size: N tokens')",
-           ("cache_config_info{kv_cache_size_tokens} (0.24+)",), ("K4/K6",)),
+           _info("kv_cache_size_tokens"), ("K4/K6",)),
     Signal("max_concurrency", "fact", "x", "how many max_model_len requests fit, as vLLM printed",
-           ("cache_config_info{kv_cache_max_concurrency} (0.24+)",), ("K5/K6",)),
+           _info("max_concurrency"), ("K5/K6",)),
     Signal("context_tokens", "gauge", "tokens",
            "sum of context lengths of the running requests, where a report states it (no vLLM metric has it)",
            (), ("operator measurement lines: 'one ~36k-token request: ...'",)),
@@ -143,14 +155,14 @@ _SIGNALS = [
            (), ("M1 peak_torch_memory",)),
     Signal("non_torch_bytes", "fact", "bytes", "non-torch memory (CUDA context, NCCL, ...)", (), ("M1", "M2", "M6")),
     Signal("kv_cache_memory_bytes", "fact", "bytes", "memory given to the KV cache",
-           ("cache_config_info{kv_cache_memory_bytes}",), ("M1 kv_cache_size", "M2", "M3", "M7")),
+           _info("kv_cache_memory_bytes"), ("M1 kv_cache_size", "M2", "M3", "M7")),
     Signal("cudagraph_bytes", "fact", "bytes", "CUDA-graph memory", (), ("K12", "M6", "M9")),
     Signal("cudagraph_estimate_bytes", "fact", "bytes", "CUDA-graph memory estimated before sizing the pool (0.21+)",
            (), ("M9 'Estimated CUDA graph memory: X GiB total'",)),
     Signal("gpu_free_at_startup_bytes", "fact", "bytes", "free GPU memory when the worker started", (), ("M6", "E4")),
     Signal("process_start_time", "fact", "seconds",
            "Unix start time of the serving process; a change between scrapes means a restart",
-           ("process_start_time_seconds (prometheus-client process collector, single-process mode)",)),
+           _fed("process_start_time")),
     Signal("vllm_version", "fact", "text", "vLLM version", (), ("banner / 'vLLM API server version' / engine config",)),
     Signal("tensor_parallel_size", "fact", "count", "tensor parallel size", (), ("engine args",)),
     Signal("max_num_seqs", "fact", "requests", "scheduler max_num_seqs", (), ("engine args", "Mamba blocks error")),
@@ -303,38 +315,14 @@ def unit_of(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Metric names on /metrics → signals. Keys are the metric family name after removing the
-# ``vllm:`` / ``vllm_`` / ``ray_vllm:`` prefix and a trailing ``_total`` (counters are exposed as
-# ``<name>_total``, §1.0). Order matters only for documentation.
-METRIC_TO_SIGNAL: dict[str, str] = {
-    "kv_cache_usage_perc": "kv_cache_usage",          # V1 0.9+
-    "gpu_cache_usage_perc": "kv_cache_usage",         # V0, V1 0.7-0.10 (same value)
-    "cpu_cache_usage_perc": "cpu_cache_usage",
-    "num_requests_running": "num_requests_running",
-    "num_requests_waiting": "num_requests_waiting",
-    "num_requests_swapped": "num_requests_swapped",
-    "num_preemptions": "num_preemptions",
-    "prefix_cache_queries": "prefix_cache_queries",   # 0.9+ (tokens)
-    "prefix_cache_hits": "prefix_cache_hits",
-    "gpu_prefix_cache_queries": "prefix_cache_queries",  # V1 0.7-0.10 (blocks in 0.7-0.8)
-    "gpu_prefix_cache_hits": "prefix_cache_hits",
-    "gpu_prefix_cache_hit_rate": "prefix_cache_hit_rate_cumulative",  # V0 0.5-0.7, cumulative, -1 = off
-    "prompt_tokens": "prompt_tokens",
-    "generation_tokens": "generation_tokens",
-}
+# Metric names on /metrics → signals, from the one table (kvdiag/vllm_metrics.yaml). Keys are the metric family name
+# after removing the ``vllm:`` / ``vllm_`` / ``ray_vllm:`` prefix and a trailing ``_total`` (counters are exposed as
+# ``<name>_total``, §1.0); histograms are in WINDOW_HISTOGRAMS, process_start_time_seconds (no vLLM prefix) in neither.
+METRIC_TO_SIGNAL: dict[str, str] = {n.name: row.signal for row in _vm.TABLE.values()
+                                    if row.type != "histogram" and row.prefixed for n in row.names}
 
-# cache_config_info labels → (signal, parser). Label values are Python str() of the field (§1.0).
-CACHE_CONFIG_LABELS: dict[str, str] = {
-    "num_gpu_blocks": "num_gpu_blocks",
-    "num_cpu_blocks": "num_cpu_blocks",
-    "block_size": "block_size",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "cache_dtype": "cache_dtype",
-    "enable_prefix_caching": "enable_prefix_caching",
-    "kv_cache_size_tokens": "kv_cache_size_tokens",
-    "kv_cache_max_concurrency": "max_concurrency",
-    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
-}
+# cache_config_info labels → signal. Label values are Python str() of the field (§1.0).
+CACHE_CONFIG_LABELS: dict[str, str] = {i.label: i.signal for i in _vm.INFO_LABELS}
 
 VLLM_PREFIXES = ("ray_vllm:", "vllm:", "vllm_")
 
@@ -370,34 +358,16 @@ def metric_signal(family: str) -> str | None:
 #: increases). Source: ``v1/metrics/loggers.py`` and ``engine/metrics.py`` (reference §1.2, §1.3).
 WINDOW_HISTOGRAMS: dict[str, tuple[str, str, str]] = {
     # metric base name: (signal stem, unit, description)
-    "request_prompt_tokens": ("request_prompt_tokens", "tokens", "prompt length of finished requests"),
-    "request_generation_tokens": ("request_generation_tokens", "tokens", "output length of finished requests"),
-    "request_queue_time_seconds": ("request_queue_time", "seconds", "time finished requests spent waiting"),
-    "time_to_first_token_seconds": ("time_to_first_token", "seconds", "time to first token"),
-    # time in system (Little's law) and time in service, for sizing from rates (issue 25)
-    "e2e_request_latency_seconds": ("e2e_request_latency", "seconds", "time finished requests spent in the server"),
-    "request_inference_time_seconds": ("request_inference_time", "seconds",
-                                       "time finished requests spent running (prefill + decode)"),
-    # KV block residency, sampled (--kv-cache-metrics, 0.16+; reference §1.4): prefix-cache eviction evidence
-    "kv_block_lifetime_seconds": ("kv_block_lifetime", "seconds",
-                                  "lifetime of sampled KV blocks, allocation to eviction"),
-    "kv_block_idle_before_evict_seconds": ("kv_block_idle_before_evict", "seconds",
-                                           "idle time of sampled cached KV blocks before eviction (last touch to reuse "
-                                           "of the slot)"),
-    "kv_block_reuse_gap_seconds": ("kv_block_reuse_gap", "seconds",
-                                   "gap between touches of sampled KV blocks (prefix hits)"),
-}
+    _vm.histogram_base(stem): (stem, row.unit, row.description) for stem, row in _vm.TABLE.items()
+    if row.type == "histogram"}
 
 #: What one observation of a WINDOW_HISTOGRAMS histogram counts (default: finished requests).
-HISTOGRAM_COUNT_UNIT: dict[str, str] = {
-    "kv_block_lifetime_seconds": "blocks",
-    "kv_block_idle_before_evict_seconds": "blocks",
-    "kv_block_reuse_gap_seconds": "touches",
-}
+HISTOGRAM_COUNT_UNIT: dict[str, str] = {_vm.histogram_base(stem): row.counts for stem, row in _vm.TABLE.items()
+                                        if row.type == "histogram" and row.counts != "requests"}
 
 _WINDOW_SIGNALS: list[Signal] = []
 for _base, (_stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
-    _src = (f"{_base}_bucket / _sum / _count (histogram; V0 and V1)",)
+    _src = _fed(_stem)
     _cu = HISTOGRAM_COUNT_UNIT.get(_base, "requests")
     _WINDOW_SIGNALS += [
         Signal(f"{_stem}_bucket", "counter", _cu,
@@ -416,7 +386,7 @@ _WINDOW_SIGNALS += [
     Signal("prefix_cache_hit_rate_window", "fact", "ratio",
            "prefix-cache hit rate over the whole window: Δprefix_cache_hits / Δprefix_cache_queries with counter "
            "resets, never the cumulative ratio (derived)",
-           ("prefix_cache_{hits,queries}_total (0.9+)", "gpu_prefix_cache_{hits,queries}_total (V1 0.7-0.10)")),
+           _fed("prefix_cache_hits", "prefix_cache_queries")),
     Signal("kv_cache_usage_high_seconds", "fact", "seconds",
            "time kv_cache_usage spent at or above 95 % in the window (each sample holds until the next) (derived)"),
     Signal("kv_cache_usage_high_ratio", "fact", "ratio",
@@ -426,7 +396,7 @@ _WINDOW_SIGNALS += [
            "(derived; PromQL resets())"),
     Signal("num_requests_waiting_capacity", "gauge", "requests",
            "waiting requests held back by scheduling capacity (KV), not deferred by LoRA / KV transfer",
-           ("num_requests_waiting_by_reason{reason=\"capacity\"} (0.24+)",)),
+           _fed("num_requests_waiting_capacity")),
 ]
 _WINDOW_SIGNALS += [
     # --- prefix cache against load, eviction evidence and traps (issue 6; kvdiag/derive_prefix.py) ---------------
@@ -488,17 +458,17 @@ _WINDOW_SIGNALS += [
     Signal("num_requests_waiting_when_full", "fact", "requests",
            "most requests waiting at one instant whose KV usage was at least 90% (the plain waiting count when no "
            "usage of the same instant exists) (derived)",
-           ("num_requests_waiting + kv_cache_usage_perc of the same instant",)),
+           _fed("num_requests_waiting", "kv_cache_usage")),
     Signal("prefix_cache_hits_per_second_early", "fact", "tokens/s",
            "prefix-cache hit tokens per second in the first third of the window (derived)",
-           ("prefix_cache_hits_total (0.9+)", "gpu_prefix_cache_hit_rate × prompt_tokens_total (V0)")),
+           _fed("prefix_cache_hits", "prefix_cache_hit_rate_cumulative", "prompt_tokens")),
     Signal("prefix_cache_hits_per_second_late", "fact", "tokens/s",
            "prefix-cache hit tokens per second in the last third of the window (derived)"),
     Signal("prefix_cache_hits_per_second_ratio", "fact", "x",
            "hits per second late / early: below 1 when cached prefixes stopped hitting (derived)"),
     Signal("prefix_cache_queries_per_second_early", "fact", "tokens/s",
            "prefix-cache query tokens per second in the first third of the window (derived)",
-           ("prefix_cache_queries_total (0.9+)", "prompt_tokens_total (V0)")),
+           _fed("prefix_cache_queries", "prompt_tokens")),
     Signal("prefix_cache_queries_per_second_late", "fact", "tokens/s",
            "prefix-cache query tokens per second in the last third of the window (derived)"),
     Signal("prefix_cache_queries_per_second_ratio", "fact", "x",
@@ -507,16 +477,16 @@ _WINDOW_SIGNALS += [
     Signal("kv_cache_usage_series", "gauge", "series",
            "how many kv_cache_usage_perc series (one per API-server process, label pid) one instant had; text = how "
            "many read 0 (multiprocess mode without 'mostrecent', vLLM 0.11.x before PR 28792)",
-           ("kv_cache_usage_perc{pid=...}",)),
+           _fed("kv_cache_usage")),
     Signal("kv_cache_usage_split_mean", "gauge", "ratio",
            "the mean of those per-process usage series: what a dashboard averaging them shows",
-           ("kv_cache_usage_perc{pid=...}",)),
+           _fed("kv_cache_usage")),
 ]
 _WINDOW_SIGNALS += [
     # --- trends and the forecast of a full pool (issue 13; kvdiag/derive_trend.py) -----------------------------------
     Signal("kv_cache_usage_slope", "fact", "ratio/s",
            "trend of kv_cache_usage: least-squares slope over the last 5 minutes of timestamped samples, after the last "
-           "restart (PromQL deriv(kv_cache_usage_perc[5m])) (derived)", ("kv_cache_usage_perc", "gpu_cache_usage_perc")),
+           "restart (PromQL deriv(kv_cache_usage_perc[5m])) (derived)", _fed("kv_cache_usage")),
     Signal("kv_cache_usage_slope_stderr", "fact", "ratio/s",
            "standard error of kv_cache_usage_slope: sqrt(SSR / (n − 2) / Sxx) of the same fit (derived)"),
     Signal("kv_cache_usage_slope_t", "fact", "x",
@@ -541,7 +511,7 @@ _WINDOW_SIGNALS += [
            "(the rise could be noise) (derived)"),
     Signal("num_requests_waiting_slope", "fact", "requests/s",
            "trend of num_requests_waiting: least-squares slope over the last 5 minutes of timestamped samples "
-           "(derived)", ("num_requests_waiting",)),
+           "(derived)", _fed("num_requests_waiting")),
     Signal("kv_demand_tokens_slope", "fact", "tokens/s",
            "trend of KV demand: least-squares slope of running × (mean prompt + mean output / 2) + waiting × mean "
            "prompt over the last 5 minutes (derived; needs the length histograms' means)"),
@@ -588,21 +558,11 @@ _WINDOW_SIGNALS += [
 for _s in _WINDOW_SIGNALS:
     SIGNALS.setdefault(_s.name, _s)
 
-# Further /metrics names that feed a signal (keys as in METRIC_TO_SIGNAL).
-METRIC_TO_SIGNAL.update({
-    "num_requests_waiting_by_reason": "num_requests_waiting_capacity",  # only reason="capacity" is kept
-})
-
-#: Alternative names of one quantity, best first. When a page (or a Prometheus instance) has
+#: Alternative names of one quantity, best first (the table's order). When a page (or a Prometheus instance) has
 #: several, only the best is read: V1 0.9-0.10 expose both ``kv_cache_usage_perc`` and
 #: ``gpu_cache_usage_perc`` and both prefix-cache counter pairs (reference §5 Renames); summing
 #: them would double the counters.
-METRIC_ALIASES: dict[str, tuple[str, ...]] = {
-    "kv_cache_usage": ("kv_cache_usage_perc", "gpu_cache_usage_perc"),
-    "prefix_cache_queries": ("prefix_cache_queries", "gpu_prefix_cache_queries"),
-    "prefix_cache_hits": ("prefix_cache_hits", "gpu_prefix_cache_hits"),
-    "time_to_first_token": ("time_to_first_token_seconds",),
-}
+METRIC_ALIASES: dict[str, tuple[str, ...]] = {s: _vm.names(s) for s, row in _vm.TABLE.items() if len(row.names) > 1}
 
 #: Every other vLLM metric of reference §1, with why kvdiag does not read it. A name that is in
 #: neither this table nor METRIC_TO_SIGNAL / WINDOW_HISTOGRAMS / cache_config_info is new to
@@ -687,8 +647,8 @@ def classify_metric(name: str) -> tuple[str, str]:
         return "unknown", ""
     if base.endswith("_created"):
         return "ignored", "creation time of a counter or histogram (§1.0)"
-    if base in ("cache_config_info", "cache_config"):
-        return "facts", "cache_config_info"
+    if base in _vm.INFO_FAMILIES:
+        return "facts", _vm.INFO_NAME
     if base in WINDOW_HISTOGRAMS:
         return "histogram", WINDOW_HISTOGRAMS[base][0]
     if base in METRIC_TO_SIGNAL:
