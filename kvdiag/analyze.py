@@ -17,27 +17,6 @@ from .timeline import build_charts
 from .windows import derive_windows
 
 
-def load_model_config(path: str) -> dict:
-    """Read a Hugging Face ``config.json``.
-
-    Raises:
-        InputError: missing, unreadable, not JSON, nested too deeply, not a JSON object, or a field the capacity
-            model reads is malformed (NaN / Infinity / out of range, ``capacity.check_config_numbers`` and
-            ``capacity.model_shape``); the message names the file and the field.
-    """
-    from . import capacity
-
-    from .inputs.jsondoc import config
-
-    data = config(path)
-    try:
-        capacity.check_config_numbers(data)
-        capacity.model_shape(data)
-    except InputError as exc:
-        raise InputError(f"{path}: {str(exc).removeprefix('config: ')}") from None
-    return data
-
-
 def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: list[str] = (),
             duration: float = 30.0, interval: float = 5.0, model_config: str | None = None,
             rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None,
@@ -73,6 +52,8 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     if keep is not None:
         keep.append(bundle)
     if model_config:
+        from .capacity import load_model_config
+
         bundle.model_config = load_model_config(model_config)
         bundle.model_config_source = model_config
     for signal, value in (deployment or {}).items():

@@ -12,8 +12,7 @@ from . import capacity
 from .bundle import Bundle
 from .errors import InputError
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-"""vLLM's default ``gpu_memory_utilization`` through 0.16 (0.92 from 0.24, reference §1.4)."""
+from .vllm_defaults import DEFAULT_GPU_MEMORY_UTILIZATION  # noqa: E402
 
 
 def _last(bundle: Bundle, name: str) -> tuple[float, str] | None:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from .bundle import Bundle
 from .derive import increase
+from .vllm_defaults import MAX_CHOSEN_BLOCK_SIZE
 
 LOW_LOAD = 0.50
 """kv_cache_usage below this: the pool had room, cached prefixes were rarely evicted."""
@@ -518,8 +519,8 @@ def _sizing(bundle: Bundle) -> None:
 
 def _hybrid_floor(bundle: Bundle) -> None:
     bs = _last(bundle, "block_size")
-    if bs and bs[0] > 128 and not bundle.has("hybrid_block_size"):
-        bundle.add("hybrid_block_size", bs[0], f"derived: block_size {bs[0]:,.0f} ({bs[1]}) > 128: raised for a "
+    if bs and bs[0] > MAX_CHOSEN_BLOCK_SIZE and not bundle.has("hybrid_block_size"):
+        bundle.add("hybrid_block_size", bs[0], f"derived: block_size {bs[0]:,.0f} ({bs[1]}) > {MAX_CHOSEN_BLOCK_SIZE}: raised for a "
                                                 "hybrid model's state pages")
 
 

@@ -42,7 +42,7 @@ from .units import (  # noqa: F401
     dtype_bytes, kv_cache_dtype_bytes,
 )
 from .config_fields import (  # noqa: F401
-    MAX_CONFIG_INT, _FIELD_MAX, _int_field, _text_config, check_config_numbers,
+    MAX_CONFIG_INT, _FIELD_MAX, _int_field, _text_config, check_config_numbers, load_model_config,
 )
 from .shape import (  # noqa: F401
     ModelShape, _QWEN_TYPES, _gdn_dims, _layer_kinds, model_shape,

@@ -11,12 +11,7 @@ from kvdiag.errors import InputError
 GIB = 1024**3
 """Bytes in one GiB (vLLM's "GiB" in log lines)."""
 
-DEFAULT_BLOCK_SIZE = 16
-"""vLLM's default KV block size on CUDA, tokens (V0 and V1)."""
-
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-"""Assumed ``max_num_batched_tokens`` when unknown: vLLM's online-serving default on GPUs
-below 70 GiB and on A100 (``engine/arg_utils.py``); H100-class servers use 8192."""
+from ..vllm_defaults import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS  # noqa: F401 (capacity's names too)
 
 # Element sizes, bytes.
 _DTYPE_BYTES = {
