@@ -398,7 +398,7 @@ def cache_config_facts(bundle: Bundle, labels: dict, src: str, t: float | None, 
                 dropped = bundle.__dict__.setdefault("dropped_values", {})
                 dropped[signal] = dropped.get(signal, 0) + 1
                 if info is not None:
-                    key = f"cache_config_info {label}={raw[:20]!r}: not a possible {signal}"
+                    key = f"{vm.INFO_NAME} {label}={raw[:20]!r}: not a possible {signal}"
                     info.dropped[key] = info.dropped.get(key, 0) + 1
                 continue
             bundle.add(signal, value, src, t=t)

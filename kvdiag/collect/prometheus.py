@@ -48,8 +48,8 @@ COUNTERS: dict[str, tuple[str, ...]] = {
 }
 #: Window facts a fleet query asks for, where not all three (mean, p50, p95): the residency histograms are evidence
 #: beside PFX003, which needs only the idle median (and the count, a counter above).
-_FLEET_HISTOGRAM_FACTS = {"kv_block_lifetime_seconds": ("p50",), "kv_block_reuse_gap_seconds": ("p50",),
-                          "kv_block_idle_before_evict_seconds": ("p50", "p95")}
+_FLEET_HISTOGRAM_FACTS = {vm.histogram_base(stem): facts for stem, facts in (
+    ("kv_block_lifetime", ("p50",)), ("kv_block_reuse_gap", ("p50",)), (_EVICTIONS, ("p50", "p95")))}
 _HIT_PAIRS = tuple(zip(vm.wire("prefix_cache_hits"), vm.wire("prefix_cache_queries")))
 _USAGE = vm.names("kv_cache_usage")[0]
 
