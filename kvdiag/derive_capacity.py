@@ -71,7 +71,7 @@ def derive_capacity(bundle: Bundle) -> None:
     _modelled_token_line(bundle, shape, kv, kv_dtype, tp, src_cfg)
     try:
         logged_q = _text_last(bundle, "quantization")
-        has_qc = isinstance(capacity._text_config(cfg).get("quantization_config"), dict)
+        has_qc = isinstance(capacity.text_config_of(cfg).get("quantization_config"), dict)
         # the log's --quantization (engine config line) when the checkpoint config names none (online fp8, bnb)
         total_w = capacity.weights_bytes(cfg, None if has_qc or not logged_q else logged_q)
     except (InputError, ValueError):

@@ -12,7 +12,7 @@ from .shape import ModelShape
 from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from .mla import caches_mla_latent
 from .speculative import drafter_layers
-from .versions import MAMBA_ALIGN_DEFAULT_FROM, MAMBA_SPEC_BLOCKS_FROM, _version, default_mamba_cache_mode, prerelease_note, version_at_least
+from .versions import MAMBA_ALIGN_DEFAULT_FROM, MAMBA_SPEC_BLOCKS_FROM, as_version, default_mamba_cache_mode, prerelease_note, version_at_least
 
 @dataclass(frozen=True)
 class CapacityEstimate:
@@ -84,7 +84,7 @@ def estimate_capacity(
         InputError: hybrid layout cannot be derived (see :func:`kv_cache_layout`).
         ValueError: bad dtype / sizes.
     """
-    v = _version(vllm_version)
+    v = as_version(vllm_version)
     v0 = v is not None and v < (0, 8, 0)
     if decode_context_parallel_size < 1:
         raise ValueError(f"decode_context_parallel_size must be positive, got {decode_context_parallel_size!r}")

@@ -47,8 +47,8 @@ LAYER_SLIDING = "sliding"
 LAYER_MAMBA = "mamba"
 LAYER_LINEAR = "linear"
 LAYER_NONE = "none"
-_ATTENTION_LAYERS = (LAYER_FULL, LAYER_SLIDING)
-_STATE_LAYERS = (LAYER_MAMBA, LAYER_LINEAR)
+ATTENTION_LAYERS = (LAYER_FULL, LAYER_SLIDING)
+STATE_LAYERS = (LAYER_MAMBA, LAYER_LINEAR)
 def dtype_bytes(name: str) -> int:
     """Bytes per element of a torch / HF dtype name.
 
@@ -94,7 +94,7 @@ def kv_cache_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
         return 4
     raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: expected one of {', '.join(KV_CACHE_DTYPES)}")
 
-def _check_positive(**values: float) -> None:
+def check_positive(**values: float) -> None:
     for name, value in values.items():
         if value is None or value <= 0:
             raise ValueError(f"{name} must be positive, got {value!r}")

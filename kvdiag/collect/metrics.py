@@ -40,8 +40,8 @@ from ..errors import InputError, ScrapeError
 from ..numbers import finite_float, unix_seconds
 from ..redaction import redact
 from .logread import MAGIC_GZIP, MAGIC_ZSTD, open_log
-from ..inputs.http import (ACCEPT, MAX_BODY_BYTES, MAX_REDIRECTS, _SECRET_PARAM, _connected_but,  # noqa: F401
-                           _safe_query, _same_origin, http_get, run_with_deadline, safe_url)
+from ..inputs.http import (ACCEPT, MAX_BODY_BYTES, MAX_REDIRECTS, http_get, run_with_deadline,  # noqa: F401
+                           safe_url)
 from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
 from ..vllm_defaults import MAX_BLOCK_SIZE
 from .. import vllm_metrics as vm
