@@ -17,27 +17,6 @@ from .report.model import InstanceReport, Report
 from .timeline import build_charts
 
 
-def load_model_config(path: str) -> dict:
-    """Read a Hugging Face ``config.json``.
-
-    Raises:
-        InputError: missing, unreadable, not JSON, nested too deeply, not a JSON object, or a field the capacity
-            model reads is malformed (NaN / Infinity / out of range, ``capacity.check_config_numbers`` and
-            ``capacity.model_shape``); the message names the file and the field.
-    """
-    from . import capacity
-
-    from .inputs.jsondoc import config
-
-    data = config(path)
-    try:
-        capacity.check_config_numbers(data)
-        capacity.model_shape(data)
-    except InputError as exc:
-        raise InputError(f"{path}: {str(exc).removeprefix('config: ')}") from None
-    return data
-
-
 def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: list[str] = (),
             duration: float = 30.0, interval: float = 5.0, model_config: str | None = None,
             rules_dirs: list[str] | None = None, year: int | None = None, progress: bool | None = None,
@@ -73,6 +52,8 @@ def analyze(logs: list[str] = (), metrics_files: list[str] = (), metrics_urls: l
     if keep is not None:
         keep.append(bundle)
     if model_config:
+        from .capacity import load_model_config
+
         bundle.model_config = load_model_config(model_config)
         bundle.model_config_source = model_config
     for signal, value in (deployment or {}).items():
@@ -175,7 +156,7 @@ def _pick_run(rules, bundle: Bundle, runs: list[dict], run: str, notes: list[str
                  "why": "the log's start"}]
     bundles = split_runs(bundle, runs)
     if run == "all":
-        instances = sorted((_judge_one(rules, run_label(runs, k), b) for k, b in enumerate(bundles)),
+        instances = sorted((judge_one(rules, run_label(runs, k), b) for k, b in enumerate(bundles)),
                            key=InstanceReport.rank)
         worst = instances[0]
         report = Report(verdict=worst.verdict, findings=worst.findings, inputs=[i.to_dict() for i in bundle.inputs],
@@ -209,7 +190,7 @@ def restart_notes(bundle: Bundle) -> list[str]:
         list(dict.fromkeys(bundle.skipped_derived))[:20]
 
 
-def _judge(rules, bundle: Bundle):
+def judge(rules, bundle: Bundle):
     """Derived signals, window signals, rules → (verdict, findings) of one server's bundle."""
     derive_all(bundle)
     findings = evaluate(rules, bundle)
@@ -240,8 +221,8 @@ def _guard(v, bundle: Bundle):
                    summary=v.summary + " Some input values were out of their domain and skipped (see the input notes).")
 
 
-def _judge_one(rules, name: str, b: Bundle) -> InstanceReport:
-    v, findings = _judge(rules, b)
+def judge_one(rules, name: str, b: Bundle) -> InstanceReport:
+    v, findings = judge(rules, b)
     start, end = b.window()
     notes = restart_notes(b)
     return InstanceReport(name, v, findings, [i.to_dict() for i in b.inputs], {"start": start, "end": end},
@@ -252,7 +233,7 @@ _POOL_RULES: list = []
 
 
 def _pool_job(item: tuple[str, Bundle]) -> InstanceReport:
-    return _judge_one(_POOL_RULES, *item)
+    return judge_one(_POOL_RULES, *item)
 
 
 def _judge_parallel(rules, items, workers: int | None = None):
@@ -267,7 +248,7 @@ def _judge_parallel(rules, items, workers: int | None = None):
     workers = workers or min(8, os.cpu_count() or 1)
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for name, b in items:
-            yield _judge_one(rules, name, b)
+            yield judge_one(rules, name, b)
         return
     _POOL_RULES[:] = rules  # inherited by the forked workers
     pending: deque = deque()
@@ -295,7 +276,7 @@ def _analyze_many(rules, metrics_urls, duration, interval, http, progress, prome
                                   inputs=[{"kind": "metrics-url", "name": name, "records": 0, "observations": 0,
                                            "skipped": 0, "notes": [err]}])
         else:
-            inst = _judge_one(rules, name, b)
+            inst = judge_one(rules, name, b)
         instances.append(inst)
         inputs.extend(inst.inputs)
 

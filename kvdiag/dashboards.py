@@ -11,6 +11,7 @@ verdicts (``kvdiag_verdict`` from ``watch --listen`` or ``check --textfile``) an
 from __future__ import annotations
 
 import json
+import os
 import re
 from types import SimpleNamespace
 
@@ -23,6 +24,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from .engine.model import Rule
 from .export import (Window, alert_name, condition_expr, expand_records, exportable_alerts, metric_names,
                      recording_rules, tree_expr)
+from . import vllm_metrics as vm
 
 UID = "kvdiag-vllm-kv"
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -44,12 +46,22 @@ def _either(template: str, signal: str, combine: str = "max") -> str:
 
 
 def _hit_rate() -> str:
-    v1 = [(f"vllm{sep}{h}_hits_total", f"vllm{sep}{h}_queries_total")
-          for h in ("prefix_cache", "gpu_prefix_cache") for sep in (":", "_")]
+    v1 = list(zip(metric_names("prefix_cache_hits"), metric_names("prefix_cache_queries")))
     terms = [f"sum by (instance, model_name, engine) (rate({h}{{{SCOPE}}}[$__rate_interval])) / "
              f"sum by (instance, model_name, engine) (rate({q}{{{SCOPE}}}[$__rate_interval])) > -1" for h, q in v1]
-    v0 = [f"max by (instance, model_name, engine) (vllm{sep}gpu_prefix_cache_hit_rate{{{SCOPE}}})" for sep in (":", "_")]
+    v0 = [f"max by (instance, model_name, engine) ({m}{{{SCOPE}}})" for m in metric_names("prefix_cache_hit_rate_cumulative")]
     return "(" + ") or (".join(terms + v0) + ")"
+
+
+def _name_regex(signal: str) -> str:
+    """A regex matching every /metrics name of ``signal`` in both spellings, the names' shared end factored out:
+    ``vllm[:_](kv|gpu)_cache_usage_perc``."""
+    names = vm.wire(signal)
+    tail = os.path.commonprefix([n[::-1] for n in names])[::-1] if len(names) > 1 else ""
+    tail = tail[tail.find("_"):] if "_" in tail else ""
+    heads = [n[:len(n) - len(tail)] for n in names]
+    alt = heads[0] if len(heads) == 1 else "(" + "|".join(heads) + ")"
+    return f"vllm[:_]{alt}{tail}"
 
 
 def _panel(title: str, description: str, queries: list[tuple[str, str]], unit: str = "", *,
@@ -121,7 +133,7 @@ def build(rules: list[Rule], window: str = "5m"):
              .time("now-3h", "now").refresh("30s").timezone("utc")
              .with_variable(gd.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
              .with_variable(gd.QueryVariable("instance").label("vLLM instance").datasource(DS)
-                            .query('label_values({__name__=~"vllm[:_](kv|gpu)_cache_usage_perc"}, instance)')
+                            .query(f'label_values({{__name__=~"{_name_regex("kv_cache_usage")}"}}, instance)')
                             .multi(True).include_all(True).all_value(".*")
                             .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED))
              .annotation(gd.AnnotationQuery().name("kvdiag verdict").datasource(DS).enable(True).icon_color("red")

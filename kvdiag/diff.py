@@ -194,7 +194,7 @@ def read_prometheus_side(url: str, selector: str, start: float, end: float, step
         ScrapeError: the server is unreachable, answers with an error, or holds no vLLM series in the window.
         InputError: a bad selector, no such instance, or several instances and no ``instance`` to pick one.
     """
-    from .analyze import _judge
+    from .analyze import judge
     from .bundle import iso
     from .collect.prometheus import iter_fleet
     from .engine.model import load_rules
@@ -211,7 +211,7 @@ def read_prometheus_side(url: str, selector: str, start: float, end: float, step
         raise InputError(f"{url}: the selector {selector or '{}'} matches {len(found)} instances in {iso(start)} .. "
                          f"{iso(end)} ({', '.join(names[:10])}): give --instance, or a selector that picks one")
     name, bundle = found[0]
-    verdict, findings = _judge(load_rules(list(rules_dirs or [])), bundle)
+    verdict, findings = judge(load_rules(list(rules_dirs or [])), bundle)
     window = {"start": iso(start), "end": iso(end)}
     report = Report(verdict=verdict, findings=findings, inputs=[i.to_dict() for i in bundle.inputs], window=window,
                     notes=notes)

@@ -42,10 +42,11 @@ from .engine.model import Node, Rule
 from .errors import InputError
 from .derive.trend import TREND_SECONDS
 from .signals import METRIC_TO_SIGNAL, SIGNALS
+from . import vllm_metrics as vm
 
 _AGG_FN = {"max": "max_over_time", "min": "min_over_time", "mean": "avg_over_time", "last": "last_over_time",
            "increase": "increase", "rate": "rate"}
-_MAX_COMBINED = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate_cumulative"}
+_MAX_COMBINED = vm.across_series_max() - {"process_start_time"}
 _OP = {">": ">", ">=": ">=", "<": "<", "<=": "<=", "==": "==", "!=": "!="}
 
 
@@ -59,11 +60,9 @@ def metric_names(signal: str) -> list[str]:
     Raises:
         NotExportable: the signal has no /metrics source (log-only, derived, or a fact).
     """
-    names = [m for m, s in METRIC_TO_SIGNAL.items() if s == signal]
-    if not names or SIGNALS[signal].kind not in ("gauge", "counter"):
+    if signal not in set(METRIC_TO_SIGNAL.values()) or SIGNALS[signal].kind not in ("gauge", "counter"):
         raise NotExportable(f"{signal} is not a /metrics series")
-    suffix = "_total" if SIGNALS[signal].kind == "counter" else ""
-    return [f"vllm{sep}{n}{suffix}" for n in names for sep in (":", "_")]
+    return vm.spelled(signal)
 
 
 def _fmt(value: float) -> str:
@@ -139,12 +138,12 @@ class Window:
         self.res = res
 
 
-def _names_of(*bases: str, suffix: str = "") -> list[str]:
-    return [f"vllm{sep}{b}{suffix}" for b in bases for sep in (":", "_")]
-
-
-_HITS = _names_of("prefix_cache_hits", "gpu_prefix_cache_hits", suffix="_total")
-_QUERIES = _names_of("prefix_cache_queries", "gpu_prefix_cache_queries", suffix="_total")
+#: the metric part of the recording rules' names (``level:metric:operations``): kvdiag's names, not vLLM's
+_RECORDED = "vllm_prefix_cache"
+_HITS = vm.spelled("prefix_cache_hits")
+_QUERIES = vm.spelled("prefix_cache_queries")
+#: histogram counts read as counters: signal -> the /metrics name without the prefix
+_HISTOGRAM_COUNTS = {"kv_block_idle_before_evict_count": vm.histogram_base("kv_block_idle_before_evict") + "_count"}
 
 
 def _any_of(names: list[str]) -> str:
@@ -162,11 +161,12 @@ def _rate_expr(which: str, w: Window, early: bool) -> str:
     prompt tokens, de-cumulated with ``deriv`` over a subquery; prompt tokens for the queries)."""
     off = f" offset {w.offset}" if early else ""
     v1 = _per_name(f"rate({{m}}[{w.third}]{off})", _HITS if which == "hits" else _QUERIES)
+    prompt = metric_names("prompt_tokens")  # V0: one name, in both spellings
     if which == "hits":
-        v0 = " or ".join(f"sum {_BY} (deriv(({p}gpu_prefix_cache_hit_rate * {p}prompt_tokens_total)"
-                         f"[{w.third}:{w.res}]{off}))" for p in ("vllm:", "vllm_"))
+        v0 = " or ".join(f"sum {_BY} (deriv(({r} * {p})[{w.third}:{w.res}]{off}))"
+                         for r, p in zip(metric_names("prefix_cache_hit_rate_cumulative"), prompt))
     else:
-        v0 = " or ".join(f"sum {_BY} (rate({p}prompt_tokens_total[{w.third}]{off}))" for p in ("vllm:", "vllm_"))
+        v0 = " or ".join(f"sum {_BY} (rate({p}[{w.third}]{off}))" for p in prompt)
     return f"{v1} or (({v0}) unless {_ON} {_any_of(_HITS)})"
 
 
@@ -193,20 +193,20 @@ def _load_records(w: Window) -> list[dict]:
             terms.append(f"sum_over_time({inc}{sub})")
         return "(" + " or ".join(terms) + ")"
 
-    out.append({"record": f"{LEVEL}:vllm_prefix_cache_queries:{ops}", "expr": summed(_QUERIES, "")})
+    out.append({"record": f"{LEVEL}:{_RECORDED}_queries:{ops}", "expr": summed(_QUERIES, "")})
     for side, cond in (("low_load", f"< {_fmt(LOW_LOAD)}"), ("high_load", f">= {_fmt(HIGH_LOAD)}")):
         for which, names in (("hits", _HITS), ("queries", _QUERIES)):
-            out.append({"record": f"{LEVEL}:vllm_prefix_cache_{which}_{side}:{ops}", "expr": summed(names, cond)})
-        q_side = f"{LEVEL}:vllm_prefix_cache_queries_{side}:{ops}"
-        out.append({"record": f"{LEVEL}:vllm_prefix_cache_hit_ratio_{side}:{ops}",
-                    "expr": f"({LEVEL}:vllm_prefix_cache_hits_{side}:{ops} / {q_side}) and {_ON} "
-                            f"({q_side} / {LEVEL}:vllm_prefix_cache_queries:{ops} >= {_fmt(MIN_SHARE)})"})
+            out.append({"record": f"{LEVEL}:{_RECORDED}_{which}_{side}:{ops}", "expr": summed(names, cond)})
+        q_side = f"{LEVEL}:{_RECORDED}_queries_{side}:{ops}"
+        out.append({"record": f"{LEVEL}:{_RECORDED}_hit_ratio_{side}:{ops}",
+                    "expr": f"({LEVEL}:{_RECORDED}_hits_{side}:{ops} / {q_side}) and {_ON} "
+                            f"({q_side} / {LEVEL}:{_RECORDED}_queries:{ops} >= {_fmt(MIN_SHARE)})"})
     return out
 
 
 def _load_record(side: str, w: Window) -> str:
     return next(r["record"] for r in _load_records(w)
-                if r["record"].startswith(f"{LEVEL}:vllm_prefix_cache_hit_ratio_{side}:"))
+                if r["record"].startswith(f"{LEVEL}:{_RECORDED}_hit_ratio_{side}:"))
 
 
 def recording_rules(w: Window) -> list[dict]:
@@ -226,8 +226,7 @@ def recording_rules(w: Window) -> list[dict]:
 
 
 def _record(which: str, w: Window, early: bool) -> str:
-    metric = {"hits": "vllm_prefix_cache_hits", "queries": "vllm_prefix_cache_queries",
-              "hit_ratio": "vllm_prefix_cache_hit_ratio"}[which]
+    metric = f"{_RECORDED}_{which}"  # vllm_prefix_cache_hits / _queries / _hit_ratio
     return f"{LEVEL}:{metric}:rate{w.third}" + (f"_offset{w.offset}" if early else "")
 
 
@@ -303,7 +302,7 @@ def condition_expr(node: Node, window: Window | str) -> str:
     if c.signal == "kv_block_idle_before_evict_count":  # PFX003: sampled evictions (--kv-cache-metrics), a counter
         if c.agg != "increase":
             raise NotExportable(f"agg {c.agg} on {c.signal}")
-        names = _names_of("kv_block_idle_before_evict_seconds_count")
+        names = [f"{sep}{_HISTOGRAM_COUNTS[c.signal]}" for sep in vm.SPELLINGS]
         return f"{_per_name(f'increase({{m}}[{w.window}])', names)} {_OP[c.op]} {_fmt(c.value)}"
     if c.signal == "kv_cache_usage_over_level":  # kvdiag/derive/queue.py; PromQL has no block arithmetic: the 95 %
         # level kvdiag itself uses when the pool's size is not known
@@ -568,17 +567,11 @@ def _rendered_annotations(alert: dict, labels: dict) -> dict:
     return out
 
 
-#: histogram counts a case may give as a series: signal -> the /metrics name after ``vllm:``
-_HISTOGRAM_COUNTS = {"kv_block_idle_before_evict_count": "kv_block_idle_before_evict_seconds_count"}
-
-
 def _metric_name(signal: str, spelling: str) -> str:
+    """The best /metrics name of ``signal`` (a histogram count's too) in one spelling (``:`` or ``_``)."""
     if signal in _HISTOGRAM_COUNTS:
         return f"vllm{spelling}{_HISTOGRAM_COUNTS[signal]}"
-    names = [m for m, s in METRIC_TO_SIGNAL.items() if s == signal]
-    base = names[0]  # the first listed is the current vLLM name (signals.METRIC_TO_SIGNAL order)
-    suffix = "_total" if SIGNALS[signal].kind == "counter" else ""
-    return f"vllm{spelling}{base}{suffix}"
+    return f"vllm{spelling}{vm.wire(signal)[0]}"
 
 
 def _values(samples: list) -> str:

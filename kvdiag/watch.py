@@ -65,14 +65,14 @@ class Server:
 
 def judge_pages(rules, name: str, pages) -> tuple[InstanceReport, Bundle]:
     """The verdict of one server on ``pages`` (``(t, families)``): a fresh bundle, the rules, as analyze does."""
-    from .analyze import _judge_one
+    from .analyze import judge_one
 
     bundle = Bundle()
     info = PageInfo()
     for t, families in pages:
         add_page(bundle, families, name, t, info)
     bundle.inputs.append(InputInfo(kind="metrics-url", name=name, records=len(pages)))
-    return _judge_one(rules, name, bundle), bundle
+    return judge_one(rules, name, bundle), bundle
 
 
 class Watch:
@@ -142,7 +142,7 @@ class Watch:
     def final_report(self) -> Report:
         """The report on everything watched (every page of the run, not only the window): what ``analyze`` gives on
         the same pages; one section per server when there are several."""
-        from .analyze import _judge_one
+        from .analyze import judge_one
         from .engine.evaluate import Verdict
 
         instances = []
@@ -161,7 +161,7 @@ class Watch:
                     continue
                 bundle = s.whole
                 bundle.inputs = [info]
-            inst = _judge_one(self.rules, s.url, bundle)
+            inst = judge_one(self.rules, s.url, bundle)
             if s.info.skipped:
                 inst.notes.append(f"{s.info.skipped} scrape(s) failed while watching (the server was down or did not "
                                   "answer; retried with back-off)")
@@ -449,7 +449,7 @@ class FleetWatch(Watch):
         self._threads.append(th)
 
     def _fleet_loop(self) -> None:
-        from .analyze import _judge_one
+        from .analyze import judge_one
         from .collect.prometheus import iter_fleet
 
         src = self.source
@@ -460,7 +460,7 @@ class FleetWatch(Watch):
                 found = []
                 for name, bundle in iter_fleet(self.url, self.selector, end - self.window, end, self.step,
                                                http=self.http, notes=[]):
-                    found.append((name, bundle, _judge_one(self.rules, name, bundle)))
+                    found.append((name, bundle, judge_one(self.rules, name, bundle)))
                     if self.stop.is_set():
                         return
             except Exception as exc:  # noqa: BLE001 - shown and retried, never a crash

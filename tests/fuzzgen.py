@@ -281,19 +281,12 @@ def run_recording(data: bytes, tmp: Path, judge: bool = True) -> str:
 def run_config(data: bytes, tmp: Path, judge: bool = True) -> str:
     path = _write(tmp, "config.json", data)
 
-    def both():
-        from kvdiag.errors import KvdiagError
-
-        from kvdiag.commands.estimate import _load_config
-        try:
-            _load_config(path)
-        except KvdiagError:  # estimate's clean refusal is an outcome; anything else propagates (the defect)
-            pass
-        from kvdiag.analyze import load_model_config
+    def load():  # the one loader of every --model-config (kvdiag.capacity.load_model_config)
+        from kvdiag.capacity import load_model_config
 
         load_model_config(path)
 
-    return _outcome(both)
+    return _outcome(load)
 
 
 def run_rule(data: bytes, tmp: Path, judge: bool = True) -> str:

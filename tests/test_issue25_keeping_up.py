@@ -20,7 +20,7 @@ import pytest
 
 from conftest import FIXTURES
 
-from kvdiag.analyze import _judge
+from kvdiag.analyze import judge as _judge
 from kvdiag.bundle import Bundle
 from kvdiag.check import SEVERITY_CODE, perfdata, status_of
 from kvdiag.collect.metrics import add_page, parse_page, split_by_time

@@ -38,11 +38,11 @@ from __future__ import annotations
 
 from .units import (  # noqa: F401
     DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, GIB, KV_CACHE_DTYPES, LAYER_FULL, LAYER_LINEAR,
-    LAYER_MAMBA, LAYER_NONE, LAYER_SLIDING, _ATTENTION_LAYERS, _DTYPE_BYTES, _STATE_LAYERS, _check_positive,
+    LAYER_MAMBA, LAYER_NONE, LAYER_SLIDING, ATTENTION_LAYERS, _DTYPE_BYTES, STATE_LAYERS, check_positive,
     dtype_bytes, kv_cache_dtype_bytes,
 )
 from .config_fields import (  # noqa: F401
-    MAX_CONFIG_INT, _FIELD_MAX, _int_field, _text_config, check_config_numbers,
+    MAX_CONFIG_INT, FIELD_MAX, int_field, text_config_of, check_config_numbers, load_model_config,
 )
 from .shape import (  # noqa: F401
     ModelShape, _QWEN_TYPES, _gdn_dims, _layer_kinds, model_shape,
@@ -64,7 +64,7 @@ from .groups import (  # noqa: F401
     KVCacheGroup, KVCacheLayout, _stage_layout, block_bytes, kv_cache_layout, num_gpu_blocks_from_kv_memory,
 )
 from .versions import (  # noqa: F401
-    MAMBA_ALIGN_DEFAULT_FROM, TOKEN_LINE_GROUP_AWARE_FROM, _version, default_mamba_cache_mode,
+    MAMBA_ALIGN_DEFAULT_FROM, TOKEN_LINE_GROUP_AWARE_FROM, as_version, default_mamba_cache_mode,
     parse_vllm_version, uses_v0_engine,
 )
 from .printing import (  # noqa: F401

@@ -11,7 +11,7 @@ from kvdiag.errors import InputError
 from .mla import caches_mla_latent, mla_bytes_per_token_per_layer, pre_mla_head_size
 from .parallel import pipeline_stage_layers
 from .shape import ModelShape
-from .units import _ATTENTION_LAYERS, _check_positive, kv_cache_dtype_bytes
+from .units import ATTENTION_LAYERS, check_positive, kv_cache_dtype_bytes
 
 def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
     """KV heads held by one tensor-parallel rank: ``max(1, kv_heads // tp)``.
@@ -29,7 +29,7 @@ def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
     Raises:
         ValueError: ``tensor_parallel_size`` not positive.
     """
-    _check_positive(tensor_parallel_size=tensor_parallel_size)
+    check_positive(tensor_parallel_size=tensor_parallel_size)
     return max(1, num_kv_heads // tensor_parallel_size)
 
 
@@ -56,7 +56,7 @@ def attention_bytes_per_token_per_layer(
     Raises:
         ValueError: unknown ``kv_cache_dtype`` or non-positive ``tensor_parallel_size``.
     """
-    _check_positive(tensor_parallel_size=tensor_parallel_size)
+    check_positive(tensor_parallel_size=tensor_parallel_size)
     if shape.attention_kind == "none":
         return 0
     if shape.attention_kind == "mla":
@@ -104,6 +104,6 @@ def kv_bytes_per_token(
     """
     per_layer = attention_bytes_per_token_per_layer(shape, kv_cache_dtype, tensor_parallel_size, vllm_version)
     return per_layer * max(
-        sum(1 for i in stage if shape.layer_kinds[i] in _ATTENTION_LAYERS)
+        sum(1 for i in stage if shape.layer_kinds[i] in ATTENTION_LAYERS)
         for stage in pipeline_stage_layers(shape.num_layers, pipeline_parallel_size)
     )

@@ -13,7 +13,7 @@ from kvdiag.errors import InputError
 # Largest integer a config field may hold: beyond 2**53 a JSON number is no longer an exact count.
 MAX_CONFIG_INT = 2**53
 # Upper bounds of the fields that size the KV cache (far beyond any published model; catch 1e18-style typos).
-_FIELD_MAX = {"num_hidden_layers": 100_000, "num_attention_heads": 1_000_000, "num_key_value_heads": 1_000_000,
+FIELD_MAX = {"num_hidden_layers": 100_000, "num_attention_heads": 1_000_000, "num_key_value_heads": 1_000_000,
               "head_dim": 65_536, "kv_lora_rank": 65_536, "qk_rope_head_dim": 65_536, "hidden_size": 10_000_000,
               "sliding_window": 1 << 40, "max_position_embeddings": 1 << 40}
 
@@ -56,7 +56,7 @@ def check_config_numbers(config: Any) -> None:
             raise InputError(f"config: field text_config = {type(text).__name__}: expected an object (or null)")
 
 
-def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+def text_config_of(config: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise InputError("config: expected a JSON object (HF config.json)")
     merged = dict(config)
@@ -69,7 +69,7 @@ def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _int_field(
+def int_field(
     cfg: Mapping[str, Any], *names: str, required: bool = True, purpose: str = "the KV-cache size",
     zero_ok: bool = False,
 ) -> int | None:
@@ -81,7 +81,7 @@ def _int_field(
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value != int(value):
                 raise InputError(f"config: field {name} = {str(value)[:40]!r}: expected an integer")
-            hi = _FIELD_MAX.get(names[0], MAX_CONFIG_INT)
+            hi = FIELD_MAX.get(names[0], MAX_CONFIG_INT)
             if not (0 <= value if zero_ok else 0 < value) or value > hi:
                 raise InputError(f"config: field {name} = {_num_text(value)}: expected a "
                                  f"{'non-negative' if zero_ok else 'positive'} integer"
@@ -90,3 +90,26 @@ def _int_field(
     if required:
         raise InputError(f"config: missing field {names[0]} (needed for {purpose})")
     return None
+
+
+def load_model_config(path: str) -> dict:
+    """Read a Hugging Face ``config.json`` (``--model-config``) and check the fields the capacity model reads.
+
+    The one loader of every command (analyze, check, watch, estimate, simulate).
+
+    Raises:
+        InputError: ``PATH: what`` for every fault: missing, unreadable, not JSON (``PATH:LINE: ...``), nested too
+            deeply, not a JSON object, a number NaN / Infinity / out of range (:func:`check_config_numbers`), or a
+            field :func:`kvdiag.capacity.model_shape` needs missing or malformed; the message names the file and the
+            field.
+    """
+    from ..inputs.jsondoc import config
+    from .shape import model_shape
+
+    data = config(path)
+    try:
+        check_config_numbers(data)
+        model_shape(data)
+    except InputError as exc:
+        raise InputError(f"{path}: {str(exc).removeprefix('config: ')}") from None
+    return data

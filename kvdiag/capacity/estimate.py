@@ -9,10 +9,10 @@ from .groups import KVCacheLayout, kv_cache_layout, num_gpu_blocks_from_kv_memor
 from .printing import capacity_notes, kv_capacity_tokens, max_concurrency, pool_token_slots
 from .remedies import max_model_len_that_fits
 from .shape import ModelShape
-from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from .units import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS
 from .mla import caches_mla_latent
 from .speculative import drafter_layers
-from .versions import MAMBA_ALIGN_DEFAULT_FROM, MAMBA_SPEC_BLOCKS_FROM, _version, default_mamba_cache_mode, prerelease_note, version_at_least
+from .versions import MAMBA_ALIGN_DEFAULT_FROM, MAMBA_SPEC_BLOCKS_FROM, as_version, default_mamba_cache_mode, prerelease_note, version_at_least
 
 @dataclass(frozen=True)
 class CapacityEstimate:
@@ -84,7 +84,7 @@ def estimate_capacity(
         InputError: hybrid layout cannot be derived (see :func:`kv_cache_layout`).
         ValueError: bad dtype / sizes.
     """
-    v = _version(vllm_version)
+    v = as_version(vllm_version)
     v0 = v is not None and v < (0, 8, 0)
     if decode_context_parallel_size < 1:
         raise ValueError(f"decode_context_parallel_size must be positive, got {decode_context_parallel_size!r}")
@@ -141,7 +141,7 @@ def estimate_capacity(
         pages = {"align": "2 state pages", "all": "one state page per block of the request"}.get(mode, "1 state page")
         notes.append(f"mamba_cache_mode assumed {mode!r} ({pages} per request per state group)")
     if shape.attention_kind == "mla" and block_size is None:
-        notes.append("MLA: block size 16 assumed; FlashMLA / FlashInfer-MLA force 64, CUTLASS MLA 128")
+        notes.append(f"MLA: block size {DEFAULT_BLOCK_SIZE} assumed; FlashMLA / FlashInfer-MLA force 64, CUTLASS MLA 128")
     if any(g.kind == "sliding_window" for g in layout.groups) and max_model_len:
         notes.append(f"sliding-window worst case uses max_num_batched_tokens = {max_num_batched_tokens}")
     if conc is not None and conc < 1:

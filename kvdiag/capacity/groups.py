@@ -14,7 +14,7 @@ from .shape import ModelShape
 from .state import hybrid_attention_block_size, state_bytes_per_layer
 from .versions import GDN_SSM_DTYPE_FROM, PP_WHOLE_MODEL_GROUPS_FROM, group_size_close_factor
 from .units import (
-    _STATE_LAYERS, DEFAULT_BLOCK_SIZE, LAYER_FULL, LAYER_LINEAR, LAYER_MAMBA, LAYER_NONE, LAYER_SLIDING, _check_positive,
+    STATE_LAYERS, DEFAULT_BLOCK_SIZE, LAYER_FULL, LAYER_LINEAR, LAYER_MAMBA, LAYER_NONE, LAYER_SLIDING, check_positive,
 )
 
 @dataclass(frozen=True)
@@ -129,10 +129,10 @@ def kv_cache_layout(
     """
     user_block = block_size
     block = block_size or DEFAULT_BLOCK_SIZE
-    _check_positive(block_size=block)
+    check_positive(block_size=block)
     notes: list[str] = []
     per_tok = attention_bytes_per_token_per_layer(shape, kv_cache_dtype, tensor_parallel_size, vllm_version)
-    _check_positive(pipeline_parallel_size=pipeline_parallel_size)
+    check_positive(pipeline_parallel_size=pipeline_parallel_size)
     if drafter_layers < 0 or num_speculative_tokens < 0:
         raise ValueError("drafter_layers and num_speculative_tokens must be >= 0")
     if drafter_layers and shape.attention_kind == "none":
@@ -226,7 +226,7 @@ def _stage_layout(
 ) -> KVCacheLayout:
     n_full = kinds.count(LAYER_FULL)
     n_slide = kinds.count(LAYER_SLIDING)
-    n_state = sum(1 for k in kinds if k in _STATE_LAYERS)
+    n_state = sum(1 for k in kinds if k in STATE_LAYERS)
     state_kind = LAYER_MAMBA if LAYER_MAMBA in kinds else LAYER_LINEAR
 
     if not hybrid_allocator:
@@ -353,7 +353,7 @@ def num_gpu_blocks_from_kv_memory(kv_memory_bytes: float, block_bytes: int) -> i
     Raises:
         ValueError: ``block_bytes`` not positive.
     """
-    _check_positive(block_bytes=block_bytes)
+    check_positive(block_bytes=block_bytes)
     if kv_memory_bytes <= 0:
         return 0
     return int(kv_memory_bytes // block_bytes)

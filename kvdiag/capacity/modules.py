@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 from kvdiag.errors import InputError
 
-from .config_fields import _int_field, _text_config
+from .config_fields import int_field, text_config_of
 from .shape import ModelShape, model_shape
 
 # kinds: "linear" (a weight matrix a scheme may quantise), "experts" (fused MoE weights, count = experts),
@@ -84,7 +84,7 @@ _UNTIED_BY_DEFAULT = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen
 def tied_embeddings(config: Mapping[str, Any]) -> bool:
     """Whether the LM head shares the embedding matrix: the config's ``tie_word_embeddings``, else the model's
     transformers default (True for Gemma / Granite-style configs, False for Llama / Qwen / DeepSeek / Mistral)."""
-    cfg = _text_config(config)
+    cfg = text_config_of(config)
     for src in (cfg, config):
         if "tie_word_embeddings" in src:
             return bool(src["tie_word_embeddings"])
@@ -113,8 +113,8 @@ def _attention_modules(cfg: Mapping[str, Any], shape: ModelShape, i: int, h: int
     p = prefix
     if shape.attention_kind == "mla":
         rope = shape.qk_rope_head_dim or 0
-        nope = _int_field(cfg, "qk_nope_head_dim", required=False, zero_ok=True)
-        v_dim = _int_field(cfg, "v_head_dim", required=False, zero_ok=True)
+        nope = int_field(cfg, "qk_nope_head_dim", required=False, zero_ok=True)
+        v_dim = int_field(cfg, "v_head_dim", required=False, zero_ok=True)
         nope = 128 if nope is None else nope
         v_dim = 128 if v_dim is None else v_dim
         q_lora = cfg.get("q_lora_rank")
@@ -170,21 +170,21 @@ def _state_modules(shape: ModelShape, i: int, h: int, model_type: str) -> list[M
 
 def _mlp_modules(cfg: Mapping[str, Any], i: int, h: int, moe_layer: bool, part: str = "") -> list[Module]:
     if not moe_layer:
-        inter = _int_field(cfg, "intermediate_size", "ffn_hidden_size", required=False)
+        inter = int_field(cfg, "intermediate_size", "ffn_hidden_size", required=False)
         if inter is None:
             raise InputError("config: missing field intermediate_size (needed for the weights estimate)")
         p = part or "mlp"
         return [_lin(i, "mlp.gate_proj", inter, h, p), _lin(i, "mlp.up_proj", inter, h, p),
                 _lin(i, "mlp.down_proj", h, inter, p)]
-    n_exp = _int_field(cfg, "num_experts", "num_local_experts", "n_routed_experts", required=False, zero_ok=True)
-    moe_i = _int_field(cfg, "moe_intermediate_size", required=False, zero_ok=True)
+    n_exp = int_field(cfg, "num_experts", "num_local_experts", "n_routed_experts", required=False, zero_ok=True)
+    moe_i = int_field(cfg, "moe_intermediate_size", required=False, zero_ok=True)
     if moe_i is None:
-        moe_i = _int_field(cfg, "intermediate_size", required=False) if cfg.get("model_type") in ("mixtral", "gpt_oss") else None
+        moe_i = int_field(cfg, "intermediate_size", required=False) if cfg.get("model_type") in ("mixtral", "gpt_oss") else None
     if moe_i is None:
         raise InputError("config: missing field moe_intermediate_size (MoE model)")
     p = part or "experts"
-    n_shared = _int_field(cfg, "n_shared_experts", required=False, zero_ok=True) or 0
-    shared_i = _int_field(cfg, "shared_expert_intermediate_size", required=False, zero_ok=True) or n_shared * moe_i
+    n_shared = int_field(cfg, "n_shared_experts", required=False, zero_ok=True) or 0
+    shared_i = int_field(cfg, "shared_expert_intermediate_size", required=False, zero_ok=True) or n_shared * moe_i
     name, aliases = _lm(i, "mlp.experts")
     mods = [Module(f"{name}.gate_up_proj", "experts", 2 * moe_i, h, p, count=n_exp,
                    aliases=tuple(f"{a}.gate_up_proj" for a in aliases),
@@ -207,12 +207,12 @@ def _nemotron_h_block(cfg: Mapping[str, Any], i: int, h: int, char: str) -> list
     """Nemotron-H MLP ('-': ``mixer.up_proj``/``down_proj``, squared ReLU, not gated) and MoE ('E': routed experts
     up/down, ``shared_experts``, router) layers (``nemotron_h.py`` @ v0.33.0); Mamba / attention layers carry none."""
     if char == "-":
-        inter = _int_field(cfg, "intermediate_size", purpose="the weights estimate")
+        inter = int_field(cfg, "intermediate_size", purpose="the weights estimate")
         return [_lin(i, "mixer.up_proj", inter, h, "mlp"), _lin(i, "mixer.down_proj", h, inter, "mlp")]
     if char == "E":
-        n_exp = _int_field(cfg, "n_routed_experts", "num_experts", purpose="the weights estimate")
-        moe_i = _int_field(cfg, "moe_intermediate_size", purpose="the weights estimate")
-        shared_i = _int_field(cfg, "moe_shared_expert_intermediate_size", required=False, zero_ok=True) or 0
+        n_exp = int_field(cfg, "n_routed_experts", "num_experts", purpose="the weights estimate")
+        moe_i = int_field(cfg, "moe_intermediate_size", purpose="the weights estimate")
+        shared_i = int_field(cfg, "moe_shared_expert_intermediate_size", required=False, zero_ok=True) or 0
         name, aliases = _lm(i, "mixer.experts")
         mods = [Module(f"{name}.up_proj", "experts", moe_i, h, "experts", count=n_exp,
                        aliases=tuple(f"{a}.up_proj" for a in aliases), fused=(f"{name}.0.up_proj",)),
@@ -228,7 +228,7 @@ def _nemotron_h_block(cfg: Mapping[str, Any], i: int, h: int, char: str) -> list
 
 def _rope_buffer(cfg: Mapping[str, Any], shape: ModelShape) -> list[Module]:
     """``cos_sin_cache``: ``max_position_embeddings x rotary_dim`` (cos and sin halves), one per distinct rope."""
-    max_pos = _int_field(cfg, "max_position_embeddings", required=False)
+    max_pos = int_field(cfg, "max_position_embeddings", required=False)
     if not max_pos or shape.attention_kind == "none":
         return []
     if shape.attention_kind == "mla":
@@ -252,7 +252,7 @@ def _tower_modules(config: Mapping[str, Any]) -> list[Module]:
     two-layer projector d -> out -> out without merging).
     """
     mods: list[Module] = []
-    text_h = _text_config(config).get("hidden_size")
+    text_h = text_config_of(config).get("hidden_size")
     for key, prefixes in _TOWER_PREFIXES.items():
         tc = config.get(key)
         if not isinstance(tc, Mapping):
@@ -263,8 +263,8 @@ def _tower_modules(config: Mapping[str, Any]) -> list[Module]:
             return Module(f"{pre}.{rest}", kind, out_f, in_f, "towers", bias=bias,
                           aliases=tuple(f"{a}.{rest}" for a in alias_pre))
 
-        d = _int_field(tc, "hidden_size", "embed_dim", "d_model", "width", purpose=f"the {key} weights")
-        depth = _int_field(tc, "depth", "num_hidden_layers", "encoder_layers", "num_layers", "layers",
+        d = int_field(tc, "hidden_size", "embed_dim", "d_model", "width", purpose=f"the {key} weights")
+        depth = int_field(tc, "depth", "num_hidden_layers", "encoder_layers", "num_layers", "layers",
                            purpose=f"the {key} weights")
         feature = config.get("vision_feature_layer") if key == "vision_config" else None
         if isinstance(feature, int) or (isinstance(feature, (list, tuple)) and feature and
@@ -273,7 +273,7 @@ def _tower_modules(config: Mapping[str, Any]) -> list[Module]:
             # _get_num_hidden_layers, utils.py get_layer_index @ v0.33.0: a negative index -k keeps depth - k + 1)
             idx = [feature] if isinstance(feature, int) else list(feature)
             depth = max(depth + f + 1 if f < 0 else f for f in idx)
-        inter = _int_field(tc, "intermediate_size", "encoder_ffn_dim", required=False)
+        inter = int_field(tc, "intermediate_size", "encoder_ffn_dim", required=False)
         if inter is None:
             inter = int(d * tc.get("mlp_ratio", 4))
         gated = str(tc.get("hidden_act", "")).lower() in ("silu", "swiglu")
@@ -313,20 +313,20 @@ def checkpoint_modules(config: Mapping[str, Any], *, include_mtp: bool = False) 
     Raises:
         InputError: a needed field is missing (named).
     """
-    cfg = _text_config(config)
+    cfg = text_config_of(config)
     shape = model_shape(config)
     w = "the weights estimate"
-    h = _int_field(cfg, "hidden_size", "d_model", "n_embd", purpose=w)
-    vocab = _int_field(cfg, "vocab_size", purpose=w)
-    n_heads = _int_field(cfg, "num_attention_heads", "n_head", purpose=w)
+    h = int_field(cfg, "hidden_size", "d_model", "n_embd", purpose=w)
+    vocab = int_field(cfg, "vocab_size", purpose=w)
+    n_heads = int_field(cfg, "num_attention_heads", "n_head", purpose=w)
     model_type = str(cfg.get("model_type") or "")
     padded_vocab = -(-vocab // 64) * 64  # VocabParallelEmbedding pads to DEFAULT_VOCAB_PADDING_SIZE 64
     emb, emb_alias = _lm(None, "embed_tokens")
     mods = [Module(emb, "embedding", padded_vocab, h, "embeddings", aliases=emb_alias)]
     if not tied_embeddings(config):
         mods.append(Module("lm_head", "lm_head", padded_vocab, h, "lm_head", aliases=("model.lm_head",)))
-    n_exp = _int_field(cfg, "num_experts", "num_local_experts", "n_routed_experts", required=False, zero_ok=True)
-    first_dense = _int_field(cfg, "first_k_dense_replace", required=False, zero_ok=True) or 0
+    n_exp = int_field(cfg, "num_experts", "num_local_experts", "n_routed_experts", required=False, zero_ok=True)
+    first_dense = int_field(cfg, "first_k_dense_replace", required=False, zero_ok=True) or 0
     for i, kind in enumerate(shape.layer_kinds):
         if kind in ("full", "sliding"):
             mods += _attention_modules(cfg, shape, i, h, n_heads)

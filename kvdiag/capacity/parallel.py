@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .units import _check_positive
+from .units import check_positive
 
 def pipeline_stage_layers(num_layers: int, pipeline_parallel_size: int = 1) -> list[range]:
     """Decoder layers of each pipeline stage, as vLLM splits them.
@@ -22,7 +22,7 @@ def pipeline_stage_layers(num_layers: int, pipeline_parallel_size: int = 1) -> l
     Raises:
         ValueError: non-positive sizes or more stages than layers.
     """
-    _check_positive(num_layers=num_layers, pipeline_parallel_size=pipeline_parallel_size)
+    check_positive(num_layers=num_layers, pipeline_parallel_size=pipeline_parallel_size)
     if pipeline_parallel_size > num_layers:
         raise ValueError(f"pipeline_parallel_size {pipeline_parallel_size} > num_layers {num_layers}")
     sizes = [num_layers // pipeline_parallel_size] * pipeline_parallel_size

@@ -6,8 +6,8 @@ import math
 
 from .groups import KVCacheGroup, KVCacheLayout
 from .sliding_window import sliding_window_blocks_per_request
-from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS, _check_positive
-from .versions import DCP_TOKEN_LINE_MULTIPLIED, TOKEN_LINE_GROUP_AWARE_FROM, _version  # noqa: F401
+from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS, check_positive
+from .versions import DCP_TOKEN_LINE_MULTIPLIED, TOKEN_LINE_GROUP_AWARE_FROM, as_version  # noqa: F401
 
 def group_blocks_per_request(
     group: KVCacheGroup,
@@ -43,7 +43,7 @@ def group_blocks_per_request(
     Raises:
         ValueError: unknown ``mamba_cache_mode`` or non-positive lengths.
     """
-    _check_positive(block_size=block_size, max_model_len=max_model_len)
+    check_positive(block_size=block_size, max_model_len=max_model_len)
     if group.kind == "full_attention":
         return math.ceil(math.ceil(max_model_len / max(1, context_parallel_size)) / block_size)
     if group.kind == "sliding_window":
@@ -122,8 +122,8 @@ def max_concurrency(
     Raises:
         ValueError: non-positive ``max_model_len``.
     """
-    _check_positive(max_model_len=max_model_len)
-    v = _version(vllm_version)
+    check_positive(max_model_len=max_model_len)
+    v = as_version(vllm_version)
     if v is not None and v < (0, 8, 0):
         return num_gpu_blocks * layout.block_size / max_model_len
     return num_gpu_blocks / blocks_per_request(layout, max_model_len, max_num_batched_tokens, mamba_cache_mode,
@@ -168,7 +168,7 @@ def kv_capacity_tokens(
     Returns:
         Tokens.
     """
-    v = _version(vllm_version)
+    v = as_version(vllm_version)
     if v is not None and v < (0, 8, 0):
         return num_gpu_blocks * layout.block_size
     if v is not None and v >= TOKEN_LINE_GROUP_AWARE_FROM and max_model_len:
@@ -218,7 +218,7 @@ def capacity_notes(
         Notes (one line each; empty for a one-group model of a known version).
     """
     notes: list[str] = []
-    v = _version(vllm_version)
+    v = as_version(vllm_version)
     if layout.num_groups > 1:
         notes.append(
             f"'GPU KV cache size: {printed_tokens:,} tokens' is not the physical pool: "

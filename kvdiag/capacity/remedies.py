@@ -6,7 +6,7 @@ from .attention import attention_bytes_per_token_per_layer
 from .groups import kv_cache_layout, num_gpu_blocks_from_kv_memory
 from .printing import blocks_per_request, group_blocks_per_request
 from .shape import ModelShape
-from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS, _check_positive
+from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS, check_positive
 
 def gpu_memory_utilization_for(target_kv_bytes: float, total_gpu_bytes: float, non_kv_bytes: float) -> float:
     """``--gpu-memory-utilization`` that leaves ``target_kv_bytes`` for the KV cache.
@@ -26,7 +26,7 @@ def gpu_memory_utilization_for(target_kv_bytes: float, total_gpu_bytes: float, n
     Raises:
         ValueError: ``total_gpu_bytes`` not positive or a negative input.
     """
-    _check_positive(total_gpu_bytes=total_gpu_bytes)
+    check_positive(total_gpu_bytes=total_gpu_bytes)
     if target_kv_bytes < 0 or non_kv_bytes < 0:
         raise ValueError("target_kv_bytes and non_kv_bytes must be >= 0")
     return (target_kv_bytes + non_kv_bytes) / total_gpu_bytes
@@ -117,7 +117,7 @@ def max_model_len_that_fits(
     """
     if (kv_memory_bytes is None) == (kv_capacity_tokens is None):
         raise ValueError("give exactly one of kv_memory_bytes or kv_capacity_tokens")
-    _check_positive(num_seqs=num_seqs)
+    check_positive(num_seqs=num_seqs)
     layout = kv_cache_layout(shape, kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, block_size)
     if kv_capacity_tokens is not None:
         return kv_capacity_tokens // layout.block_size // num_seqs * layout.block_size
@@ -256,7 +256,7 @@ def partial_block_waste_bytes(block_size: int, num_seqs: int, bytes_per_token: i
     Raises:
         ValueError: ``block_size`` not positive.
     """
-    _check_positive(block_size=block_size)
+    check_positive(block_size=block_size)
     return num_seqs * (block_size - 1) / 2 * bytes_per_token
 
 

@@ -7,9 +7,9 @@ from typing import Any, Mapping
 
 from kvdiag.errors import InputError
 
-from .config_fields import _FIELD_MAX, _int_field, _text_config
+from .config_fields import FIELD_MAX, int_field, text_config_of
 from .units import (
-    _ATTENTION_LAYERS, _STATE_LAYERS, LAYER_FULL, LAYER_LINEAR, LAYER_MAMBA, LAYER_NONE, LAYER_SLIDING, dtype_bytes,
+    ATTENTION_LAYERS, STATE_LAYERS, LAYER_FULL, LAYER_LINEAR, LAYER_MAMBA, LAYER_NONE, LAYER_SLIDING, dtype_bytes,
 )
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class ModelShape:
     @property
     def num_attention_layers(self) -> int:
         """Layers that keep per-token K/V (full + sliding)."""
-        return sum(1 for k in self.layer_kinds if k in _ATTENTION_LAYERS)
+        return sum(1 for k in self.layer_kinds if k in ATTENTION_LAYERS)
 
     @property
     def num_sliding_layers(self) -> int:
@@ -82,7 +82,7 @@ class ModelShape:
     @property
     def num_state_layers(self) -> int:
         """Mamba / linear-attention layers (one state per request)."""
-        return sum(1 for k in self.layer_kinds if k in _STATE_LAYERS)
+        return sum(1 for k in self.layer_kinds if k in STATE_LAYERS)
 
     @property
     def is_hybrid(self) -> bool:
@@ -100,7 +100,7 @@ def _layer_kinds(cfg: Mapping[str, Any], num_layers: int, notes: list[str]) -> t
     window = cfg.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
         raise InputError(f"config: field sliding_window = {window!r}: expected an integer or null")
-    if window is not None and not 0 < window <= _FIELD_MAX["sliding_window"]:
+    if window is not None and not 0 < window <= FIELD_MAX["sliding_window"]:
         raise InputError(f"config: field sliding_window = {window}: expected a positive integer or null")
 
     # 1. Explicit per-layer list (transformers >= 4.5x: gpt-oss, Gemma 3, Qwen3-Next, ...).
@@ -218,14 +218,14 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         InputError: a field needed for the KV size is missing or malformed; the message is one
             line naming the field (``config: missing field num_hidden_layers ...``).
     """
-    cfg = _text_config(config)
+    cfg = text_config_of(config)
     notes: list[str] = []
-    num_layers = _int_field(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    num_layers = int_field(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     if num_layers <= 0:
         raise InputError(f"config: field num_hidden_layers = {num_layers}: expected a positive integer")
-    n_heads = _int_field(cfg, "num_attention_heads", "n_head", required=False)
-    hidden = _int_field(cfg, "hidden_size", "d_model", "n_embd", required=False)
-    vocab = _int_field(cfg, "vocab_size", required=False)
+    n_heads = int_field(cfg, "num_attention_heads", "n_head", required=False)
+    hidden = int_field(cfg, "hidden_size", "d_model", "n_embd", required=False)
+    vocab = int_field(cfg, "vocab_size", required=False)
 
     dtype_name = cfg.get("torch_dtype") or cfg.get("dtype")
     if dtype_name is None:
@@ -247,16 +247,16 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
 
     if LAYER_MAMBA in kinds:
         state_kind = "mamba2"
-        heads = _int_field(cfg, "mamba_num_heads", "mamba_n_heads", required=False)
-        hdim = _int_field(cfg, "mamba_head_dim", "mamba_d_head", required=False)
-        inter = _int_field(cfg, "mamba_intermediate_size", required=False)
+        heads = int_field(cfg, "mamba_num_heads", "mamba_n_heads", required=False)
+        hdim = int_field(cfg, "mamba_head_dim", "mamba_d_head", required=False)
+        inter = int_field(cfg, "mamba_intermediate_size", required=False)
         if inter is None and heads is not None and hdim is not None:
             inter = heads * hdim
         if inter is None and hidden is not None and cfg.get("mamba_expand") is not None:
             inter = int(cfg["mamba_expand"] * hidden)
-        state = _int_field(cfg, "ssm_state_size", "mamba_d_state", required=False)
-        groups = _int_field(cfg, "n_groups", "mamba_n_groups", required=False)
-        conv = _int_field(cfg, "conv_kernel", "mamba_d_conv", required=False)
+        state = int_field(cfg, "ssm_state_size", "mamba_d_state", required=False)
+        groups = int_field(cfg, "n_groups", "mamba_n_groups", required=False)
+        conv = int_field(cfg, "conv_kernel", "mamba_d_conv", required=False)
         if None not in (heads, hdim, inter, state, groups, conv):
             state_dims = dict(
                 num_heads=heads, head_dim=hdim, intermediate_size=inter,
@@ -276,34 +276,34 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
             conv = lin.get("short_conv_kernel_size", 4)
             if isinstance(heads, int) and isinstance(hdim, int):
                 state_dims = dict(num_heads=heads, head_dim=hdim,
-                                  conv_kernel=_int_field({"short_conv_kernel_size": conv}, "short_conv_kernel_size"))
+                                  conv_kernel=int_field({"short_conv_kernel_size": conv}, "short_conv_kernel_size"))
             else:
                 notes.append("KDA state dims missing (linear_attn_config.num_heads/head_dim): give --block-size")
         elif gdn is not None:
             state_kind = "gated_delta_net"
             purpose = "the Gated DeltaNet state size"
             state_dims = dict(
-                num_k_heads=_int_field(gdn, "linear_num_key_heads", purpose=purpose),
-                num_v_heads=_int_field(gdn, "linear_num_value_heads", purpose=purpose),
-                head_k_dim=_int_field(gdn, "linear_key_head_dim", purpose=purpose),
-                head_v_dim=_int_field(gdn, "linear_value_head_dim", purpose=purpose),
-                conv_kernel=_int_field(gdn, "linear_conv_kernel_dim", purpose=purpose),
+                num_k_heads=int_field(gdn, "linear_num_key_heads", purpose=purpose),
+                num_v_heads=int_field(gdn, "linear_num_value_heads", purpose=purpose),
+                head_k_dim=int_field(gdn, "linear_key_head_dim", purpose=purpose),
+                head_v_dim=int_field(gdn, "linear_value_head_dim", purpose=purpose),
+                conv_kernel=int_field(gdn, "linear_conv_kernel_dim", purpose=purpose),
             )
         else:
             notes.append("linear-attention layers without state dims: give --block-size")
             state_kind = "linear"
 
-    has_attention = any(k in _ATTENTION_LAYERS for k in kinds)
+    has_attention = any(k in ATTENTION_LAYERS for k in kinds)
     if kv_lora_rank is not None:
         attention_kind = "mla"
-        kv_lora_rank = _int_field(cfg, "kv_lora_rank")
-        rope = _int_field(cfg, "qk_rope_head_dim", zero_ok=True)
+        kv_lora_rank = int_field(cfg, "kv_lora_rank")
+        rope = int_field(cfg, "qk_rope_head_dim", zero_ok=True)
         kv_heads = 1
         head_dim = kv_lora_rank + rope
     elif has_attention:
         attention_kind = "mha_gqa"
         rope = None
-        kv_heads = _int_field(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", required=False)
+        kv_heads = int_field(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", required=False)
         if kv_heads is None:
             if cfg.get("multi_query") is True:
                 kv_heads = 1
@@ -311,7 +311,7 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
                 kv_heads = n_heads  # HF default: no GQA field means MHA
             else:
                 raise InputError("config: missing field num_key_value_heads (and no num_attention_heads)")
-        head_dim = _int_field(cfg, "head_dim", "kv_channels", required=False)
+        head_dim = int_field(cfg, "head_dim", "kv_channels", required=False)
         if head_dim is None:
             if hidden is None or n_heads is None:
                 raise InputError("config: missing field head_dim (and no hidden_size / num_attention_heads to derive it)")
@@ -341,11 +341,11 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         state_dims=tuple(sorted(state_dims.items())),
         ssm_dtype=(str(ssm_dtype).removeprefix("torch.") if ssm_dtype else None),
         notes=tuple(notes),
-        qk_nope_head_dim=(_int_field(cfg, "qk_nope_head_dim", required=False, zero_ok=True)
+        qk_nope_head_dim=(int_field(cfg, "qk_nope_head_dim", required=False, zero_ok=True)
                           if attention_kind == "mla" else None),
-        mla_num_kv_heads=(_int_field(cfg, "num_key_value_heads", "num_attention_heads", required=False)
+        mla_num_kv_heads=(int_field(cfg, "num_key_value_heads", "num_attention_heads", required=False)
                           if attention_kind == "mla" else None),
-        mtp_layers=_int_field(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", required=False, zero_ok=True),
-        mamba_chunk_size=(_int_field(cfg, "mamba_chunk_size", "chunk_size", required=False)
+        mtp_layers=int_field(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", required=False, zero_ok=True),
+        mamba_chunk_size=(int_field(cfg, "mamba_chunk_size", "chunk_size", required=False)
                           if LAYER_MAMBA in kinds else None),
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .shape import ModelShape
-from .units import _check_positive, dtype_bytes
+from .units import check_positive, dtype_bytes
 from .versions import GDN_SSM_DTYPE_FROM, MAMBA_SPEC_CONV_FROM
 
 def state_bytes_per_layer(
@@ -106,6 +106,6 @@ def hybrid_attention_block_size(
     Raises:
         ValueError: non-positive inputs.
     """
-    _check_positive(state_page_bytes=state_page_bytes, attention_page_bytes_per_token=attention_page_bytes_per_token)
+    check_positive(state_page_bytes=state_page_bytes, attention_page_bytes_per_token=attention_page_bytes_per_token)
     align = 128 if cutlass_mla else (64 if mla else 16)
     return align * math.ceil(state_page_bytes / (align * attention_page_bytes_per_token))

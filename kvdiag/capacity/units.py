@@ -11,12 +11,7 @@ from kvdiag.errors import InputError
 GIB = 1024**3
 """Bytes in one GiB (vLLM's "GiB" in log lines)."""
 
-DEFAULT_BLOCK_SIZE = 16
-"""vLLM's default KV block size on CUDA, tokens (V0 and V1)."""
-
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-"""Assumed ``max_num_batched_tokens`` when unknown: vLLM's online-serving default on GPUs
-below 70 GiB and on A100 (``engine/arg_utils.py``); H100-class servers use 8192."""
+from ..vllm_defaults import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS  # noqa: F401 (capacity's names too)
 
 # Element sizes, bytes.
 _DTYPE_BYTES = {
@@ -52,8 +47,8 @@ LAYER_SLIDING = "sliding"
 LAYER_MAMBA = "mamba"
 LAYER_LINEAR = "linear"
 LAYER_NONE = "none"
-_ATTENTION_LAYERS = (LAYER_FULL, LAYER_SLIDING)
-_STATE_LAYERS = (LAYER_MAMBA, LAYER_LINEAR)
+ATTENTION_LAYERS = (LAYER_FULL, LAYER_SLIDING)
+STATE_LAYERS = (LAYER_MAMBA, LAYER_LINEAR)
 def dtype_bytes(name: str) -> int:
     """Bytes per element of a torch / HF dtype name.
 
@@ -99,7 +94,7 @@ def kv_cache_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
         return 4
     raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: expected one of {', '.join(KV_CACHE_DTYPES)}")
 
-def _check_positive(**values: float) -> None:
+def check_positive(**values: float) -> None:
     for name, value in values.items():
         if value is None or value <= 0:
             raise ValueError(f"{name} must be positive, got {value!r}")

@@ -109,7 +109,7 @@ def parse_vllm_version(text: str | None) -> tuple[int, int, int] | None:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
-def _version(v: str | tuple[int, int, int] | None) -> tuple[int, int, int] | None:
+def as_version(v: str | tuple[int, int, int] | None) -> tuple[int, int, int] | None:
     return v if isinstance(v, tuple) or v is None else parse_vllm_version(v)
 
 
@@ -127,7 +127,7 @@ def uses_v0_engine(vllm_version: str | tuple[int, int, int] | None) -> bool:
     Raises:
         ValueError: unparseable version string.
     """
-    v = _version(vllm_version)
+    v = as_version(vllm_version)
     return v is not None and v < (0, 8, 0)
 
 
@@ -179,7 +179,7 @@ def default_mamba_cache_mode(vllm_version: str | tuple[int, int, int] | None, pr
     Raises:
         ValueError: unparseable version string.
     """
-    v = _version(vllm_version)
+    v = as_version(vllm_version)
     if prefix_caching is False or v is None:
         return "none"
     if v >= MAMBA_ALIGN_DEFAULT_FROM:

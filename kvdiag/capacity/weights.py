@@ -7,11 +7,11 @@ from typing import Any, Mapping
 
 from kvdiag.errors import InputError
 
-from .config_fields import _int_field, _text_config
+from .config_fields import int_field, text_config_of
 from .shape import ModelShape, model_shape
 from .modules import checkpoint_modules
 from .quantization import scheme_of
-from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS, GIB, _check_positive
+from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS, GIB, check_positive
 
 _QUANT_BYTES = {
     None: None,
@@ -83,7 +83,7 @@ def weights_breakdown(
     Raises:
         InputError: a needed config field is missing; unknown quantisation method.
     """
-    cfg = _text_config(config)
+    cfg = text_config_of(config)
     qc = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), Mapping) else None
     if qc is None and isinstance(config.get("quantization_config"), Mapping):
         qc = config["quantization_config"]
@@ -170,7 +170,7 @@ def weights_bytes_per_worker(
     Raises:
         InputError: as :func:`weights_breakdown`; an unknown ``mxfp4_backend``.
     """
-    _check_positive(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
+    check_positive(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
     pad = None
     if mxfp4_backend:
         if mxfp4_backend not in MXFP4_BACKEND_PADDING:
@@ -199,7 +199,7 @@ def weights_bytes_per_gpu(total_weights_bytes: int, tensor_parallel_size: int = 
     Raises:
         ValueError: non-positive parallel sizes.
     """
-    _check_positive(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
+    check_positive(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
     return math.ceil(total_weights_bytes / (tensor_parallel_size * pipeline_parallel_size))
 
 

@@ -40,12 +40,18 @@ from ..errors import InputError, ScrapeError
 from ..numbers import finite_float, unix_seconds
 from ..redaction import redact
 from .logread import MAGIC_GZIP, MAGIC_ZSTD, open_log
-from ..inputs.http import (ACCEPT, MAX_BODY_BYTES, MAX_REDIRECTS, _SECRET_PARAM, _connected_but,  # noqa: F401
-                           _safe_query, _same_origin, http_get, run_with_deadline, safe_url)
+from ..inputs.http import (ACCEPT, MAX_BODY_BYTES, MAX_REDIRECTS, http_get, run_with_deadline,  # noqa: F401
+                           safe_url)
 from ..signals import CACHE_CONFIG_LABELS, METRIC_ALIASES, SIGNALS, VLLM_PREFIXES, classify_metric, metric_base
+from ..vllm_defaults import MAX_BLOCK_SIZE
+from .. import vllm_metrics as vm
 
-_MAX_SIGNALS = {"kv_cache_usage", "cpu_cache_usage", "prefix_cache_hit_rate_cumulative"}
+_MAX_SIGNALS = vm.across_series_max() - {"process_start_time"}
 _ALIAS_RANK = {name: rank for names in METRIC_ALIASES.values() for rank, name in enumerate(names)}
+_LABEL_FILTERS = vm.label_filters()  # e.g. num_requests_waiting_by_reason: only reason="capacity"
+_BLOCK_COUNTED = vm.block_counted_names()  # gpu_prefix_cache_{queries,hits}: blocks in V1 0.7-0.8
+_NEW_USAGE = vm.names("kv_cache_usage")[0]
+_PROCESS_START = vm.names("process_start_time")[0]
 
 
 
@@ -183,7 +189,7 @@ class PageInfo:
         return out
 
 
-def _le(raw: str) -> str | None:
+def le_bound(raw: str) -> str | None:
     """A bucket's ``le`` label as the bundle's text (``repr`` of the bound, ``inf``), ``None`` when it is no number."""
     if raw in ("+Inf", "Inf", "inf"):
         return "inf"
@@ -215,7 +221,7 @@ def _sample_time(sample, t: float | None) -> tuple[bool, float | None]:
     return ts is not None, ts
 
 
-def _out_of_domain(signal: str, value: float) -> str:
+def out_of_domain(signal: str, value: float) -> str:
     """Why ``value`` cannot be a value of ``signal`` ('' when it can): NaN/±Inf, negative, a ratio above 1."""
     if math.isnan(value):
         return "NaN"
@@ -253,19 +259,19 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     has_new_usage = False
     page_block_size = None
     seen: set = set()
-    usage_by_pid: dict = {}  # ts -> {pid: value} of kv_cache_usage_perc (vLLM issue 28792)
+    usage_by_pid: dict = {}  # ts -> {pid: value} of the usage gauge (vLLM issue 28792)
     dropped_values = bundle.__dict__.setdefault("dropped_values", {})
     for fam in families:
         for s in fam.samples:
             name = s.name
-            if name != "process_start_time_seconds" and not name.startswith(VLLM_PREFIXES):
+            if name != _PROCESS_START and not name.startswith(VLLM_PREFIXES):
                 continue
             ok, ts = _sample_time(s, t)
             if not ok:
                 key = "sample timestamp: not Unix seconds between 1970 and 2200"
                 info.dropped[key] = info.dropped.get(key, 0) + 1
                 continue
-            if name == "process_start_time_seconds":  # restart evidence (kvdiag check --state)
+            if name == _PROCESS_START:  # restart evidence (kvdiag check --state)
                 start = unix_seconds(_sample_value(s.value))
                 if start is not None:
                     bundle.add("process_start_time", start, f"metric:{name} in {origin}", t=ts)
@@ -273,7 +279,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
             at = f"@{iso(ts)}" if ts is not None else f" in {origin}"
             how, what = classify_metric(name)
             if how == "facts":
-                _cache_config(bundle, s.labels, f"metric:{name}{at}", ts, info)
+                cache_config_facts(bundle, s.labels, f"metric:{name}{at}", ts, info)
                 bs = s.labels.get("block_size")
                 if bs not in (None, "None", ""):
                     try:
@@ -298,16 +304,16 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                     continue
                 signal = f"{what}_{suffix}"
                 if suffix == "bucket":
-                    text = _le(s.labels.get("le", "+Inf"))
+                    text = le_bound(s.labels.get("le", "+Inf"))
                     if text is None:
                         key = f"{signal}: le label not a number"
                         info.dropped[key] = info.dropped.get(key, 0) + 1
                         continue
             else:
                 signal = what
-                if base == "num_requests_waiting_by_reason" and s.labels.get("reason") != "capacity":
+                if any(s.labels.get(k) != v for k, v in _LABEL_FILTERS.get(base, {}).items()):
                     continue
-            if base == "kv_cache_usage_perc":
+            if base == _NEW_USAGE:
                 has_new_usage = True
             value = _sample_value(s.value)
             if signal == "prefix_cache_hit_rate_cumulative" and value == -1:
@@ -317,7 +323,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
                 info.duplicates += 1
                 continue
             seen.add(series_key)
-            why = _out_of_domain(signal, value)
+            why = out_of_domain(signal, value)
             if why:
                 key = f"{signal}: {why}"
                 info.dropped[key] = info.dropped.get(key, 0) + 1
@@ -343,7 +349,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     for (signal, text, ts), (value, src, _rank, base) in combined.items():
         # V1 0.7-0.8's gpu_prefix_cache_{queries,hits} counters count blocks; V0's gpu_prefix_cache_hit_rate gauge is
         # a ratio (hits / queries) and is never scaled
-        if base.startswith("gpu_prefix_cache_") and base != "gpu_prefix_cache_hit_rate" and not has_new_usage:
+        if base in _BLOCK_COUNTED and not has_new_usage:
             info.prefix_unit_blocks = True
             info.prefix_unscaled = info.prefix_unscaled or not page_block_size
             if page_block_size:
@@ -373,7 +379,7 @@ def add_page(bundle: Bundle, families: list, origin: str, t: float | None, info:
     return len(bundle) - before
 
 
-def _cache_config(bundle: Bundle, labels: dict, src: str, t: float | None, info: PageInfo | None = None) -> None:
+def cache_config_facts(bundle: Bundle, labels: dict, src: str, t: float | None, info: PageInfo | None = None) -> None:
     """``vllm:cache_config_info`` labels → facts (label values are Python ``str()``; ``"None"`` = unset)."""
     for label, signal in CACHE_CONFIG_LABELS.items():
         raw = labels.get(label)
@@ -392,14 +398,10 @@ def _cache_config(bundle: Bundle, labels: dict, src: str, t: float | None, info:
                 dropped = bundle.__dict__.setdefault("dropped_values", {})
                 dropped[signal] = dropped.get(signal, 0) + 1
                 if info is not None:
-                    key = f"cache_config_info {label}={raw[:20]!r}: not a possible {signal}"
+                    key = f"{vm.INFO_NAME} {label}={raw[:20]!r}: not a possible {signal}"
                     info.dropped[key] = info.dropped.get(key, 0) + 1
                 continue
             bundle.add(signal, value, src, t=t)
-
-
-MAX_BLOCK_SIZE_TOKENS = 1 << 20
-"""Largest block_size kvdiag believes (hybrid page alignment reaches thousands of tokens, never a million)."""
 
 
 def _plausible_fact(signal: str, value: float) -> bool:
@@ -408,7 +410,7 @@ def _plausible_fact(signal: str, value: float) -> bool:
     if not math.isfinite(value):
         return False
     if signal == "block_size":
-        return value == int(value) and 1 <= value <= MAX_BLOCK_SIZE_TOKENS
+        return value == int(value) and 1 <= value <= MAX_BLOCK_SIZE
     if signal in ("num_gpu_blocks", "num_cpu_blocks"):
         return value == int(value) and value >= 0
     if signal == "gpu_memory_utilization":

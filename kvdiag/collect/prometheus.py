@@ -27,36 +27,31 @@ from ..errors import InputError, ScrapeError
 from ..derive.prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
 from ..redaction import redact
 from ..signals import SIGNALS, WINDOW_HISTOGRAMS
+from .. import vllm_metrics as vm
 from ..derive.windows import HIGH_USAGE
-from .metrics import HttpOptions, _cache_config, _out_of_domain, http_get, make_session, safe_url
+from .metrics import HttpOptions, cache_config_facts, http_get, make_session, out_of_domain, safe_url
 
 MAX_RESPONSE_BYTES = 1024 * 2**20
 _PREFIX = "(?:ray_)?vllm[:_]"
 
-# signal -> (aggregation across an instance's series, metric names best first, extra matchers)
+#: The signals read as gauge series at ``step``; ``prefix_cache_hit_rate_cumulative`` (V0's cumulative gauge) is read
+#: only through its rate (below), ``process_start_time`` not at all.
+_RANGE_GAUGES = ("kv_cache_usage", "num_requests_running", "num_requests_waiting", "num_requests_swapped",
+                 "cpu_cache_usage", "num_requests_waiting_capacity")
+# signal -> (aggregation across an instance's series, metric names best first, extra matchers), from the one table
 GAUGES: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "kv_cache_usage": ("max", ("kv_cache_usage_perc", "gpu_cache_usage_perc"), ""),
-    "num_requests_running": ("sum", ("num_requests_running",), ""),
-    "num_requests_waiting": ("sum", ("num_requests_waiting",), ""),
-    "num_requests_swapped": ("sum", ("num_requests_swapped",), ""),
-    "cpu_cache_usage": ("max", ("cpu_cache_usage_perc",), ""),
-    "num_requests_waiting_capacity": ("sum", ("num_requests_waiting_by_reason",), 'reason="capacity"'),
-}
+    s: (vm.TABLE[s].across_series, vm.names(s), vm.promql_matcher(s)) for s in _RANGE_GAUGES}
+_EVICTIONS = "kv_block_idle_before_evict"  # sampled evictions of cached blocks (--kv-cache-metrics, 0.16+): PFX003
 COUNTERS: dict[str, tuple[str, ...]] = {
-    "num_preemptions": ("num_preemptions_total",),
-    "prefix_cache_queries": ("prefix_cache_queries_total", "gpu_prefix_cache_queries_total"),
-    "prefix_cache_hits": ("prefix_cache_hits_total", "gpu_prefix_cache_hits_total"),
-    "prompt_tokens": ("prompt_tokens_total",),
-    "generation_tokens": ("generation_tokens_total",),
-    # sampled evictions of cached blocks (--kv-cache-metrics, 0.16+): PFX003's direct evidence
-    "kv_block_idle_before_evict_count": ("kv_block_idle_before_evict_seconds_count",),
+    **{s: vm.wire(s) for s, row in vm.TABLE.items() if row.type == "counter"},
+    f"{_EVICTIONS}_count": (vm.histogram_base(_EVICTIONS) + "_count",),
 }
 #: Window facts a fleet query asks for, where not all three (mean, p50, p95): the residency histograms are evidence
 #: beside PFX003, which needs only the idle median (and the count, a counter above).
-_FLEET_HISTOGRAM_FACTS = {"kv_block_lifetime_seconds": ("p50",), "kv_block_reuse_gap_seconds": ("p50",),
-                          "kv_block_idle_before_evict_seconds": ("p50", "p95")}
-_HIT_PAIRS = (("prefix_cache_hits_total", "prefix_cache_queries_total"),
-              ("gpu_prefix_cache_hits_total", "gpu_prefix_cache_queries_total"))
+_FLEET_HISTOGRAM_FACTS = {vm.histogram_base(stem): facts for stem, facts in (
+    ("kv_block_lifetime", ("p50",)), ("kv_block_reuse_gap", ("p50",)), (_EVICTIONS, ("p50", "p95")))}
+_HIT_PAIRS = tuple(zip(vm.wire("prefix_cache_hits"), vm.wire("prefix_cache_queries")))
+_USAGE = vm.names("kv_cache_usage")[0]
 
 
 # --- time ---------------------------------------------------------------------------------------
@@ -299,7 +294,7 @@ def iter_fleet(url: str, selector: str, start: float, end: float, step: float, h
                          + (f",{sel}" if sel else "") + f"}}[{w}]))", end)
     instances = sorted({_inst(r) for r in found})
     if not instances:
-        kv = series("kv_cache_usage_perc", sel)
+        kv = series(_USAGE, sel)
         raise ScrapeError(f"{client.shown}: no vLLM series for {selector or 'any instance'} between {iso(start)} and "
                           f"{iso(end)} (looked for {kv} and the other vLLM gauges, both vllm: and vllm_ names)")
     points = 0
@@ -345,7 +340,7 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         return b
 
     def bad(inst: str, signal: str, v: float) -> bool:
-        why = _out_of_domain(signal, v)
+        why = out_of_domain(signal, v)
         if why:
             per = dropped.setdefault(inst, {})
             per[f"{signal}: {why}"] = per.get(f"{signal}: {why}", 0) + 1
@@ -390,13 +385,14 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
             b = bundle(_inst(r))
             b.add(signal, 0.0, f"{src} start@{at_start}", t=start)
             b.add(signal, v, f"{src}@{at_end}", t=end)
-    q = f"sum by (instance) (resets({series('num_preemptions_total', sel)}[{w}]))"
+    preemptions = vm.wire("num_preemptions")[0]
+    q = f"sum by (instance) (resets({series(preemptions, sel)}[{w}]))"
     for r in client.query(q, end):
         v = float(r["value"][1])
         if math.isnan(v) or v == 0:  # NaN: no samples in the window
             continue
         if not bad(_inst(r), "counter_resets", v) and math.isfinite(v) and v > 0:  # 1e400 → inf: dropped, counted
-            bundle(_inst(r)).add("counter_resets", v, f"promql:resets(num_preemptions_total[{w}])@{at_end}", t=end,
+            bundle(_inst(r)).add("counter_resets", v, f"promql:resets({preemptions}[{w}])@{at_end}", t=end,
                                  text="num_preemptions")
     for base, (stem, _unit, _what) in WINDOW_HISTOGRAMS.items():
         wanted = _FLEET_HISTOGRAM_FACTS.get(base, ("mean", "p50", "p95"))
@@ -439,8 +435,9 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
 
     def per_second(at: float, which: str) -> dict:
         v1 = [f"sum by (instance) (rate({series(h if which == 'hits' else q_, sel)}[{third_s}]))" for h, q_ in _HIT_PAIRS]
-        v0_q = series("prompt_tokens_total", sel)
-        v0 = (f"sum by (instance) (deriv(({series('gpu_prefix_cache_hit_rate', sel)} * {v0_q})[{third_s}:{sub_res}]))"
+        v0_q = series(vm.wire("prompt_tokens")[0], sel)
+        v0_rate = series(vm.names("prefix_cache_hit_rate_cumulative")[0], sel)
+        v0 = (f"sum by (instance) (deriv(({v0_rate} * {v0_q})[{third_s}:{sub_res}]))"
               if which == "hits" else f"sum by (instance) (rate({v0_q}[{third_s}]))")
         expr = _alternatives(v1) + f" or ({v0} unless on (instance) ({series(_HIT_PAIRS[0][0], sel)} or "\
                f"{series(_HIT_PAIRS[1][0], sel)}))"
@@ -513,23 +510,23 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         b.add("prefix_cache_hit_rate_load_drop", lo - hi, f"derived: {lo:.1%} at low load − {hi:.1%} at high load, "
                                                           "promql", t=end)
     # the usage gauge split across API-server processes (label pid; vLLM PR 28792): series per engine at the end
-    usage_sel = series("kv_cache_usage_perc", sel)
+    usage_sel = series(_USAGE, sel)
     n_series = {_inst(r): float(r["value"][1]) for r in client.query(
         f"max by (instance) (count by (instance, engine) (group by (instance, engine, pid) ({usage_sel})))", end)}
     split_mean = {_inst(r): float(r["value"][1]) for r in client.query(
         f"max by (instance) (avg by (instance, engine) (max by (instance, engine, pid) ({usage_sel})))", end)}
     for inst, n in n_series.items():
-        src = f"promql:count by (instance, engine) (kv_cache_usage_perc per pid)@{at_end}"
+        src = f"promql:count by (instance, engine) ({_USAGE} per pid)@{at_end}"
         if not (math.isfinite(n) and n == int(n) and 1 <= n <= 100_000):
             bundle(inst).skipped_derived.append(f"kv_cache_usage_series = {n:.6g} not used: not a count of series")
             continue
         bundle(inst).add("kv_cache_usage_series", n, src, t=end)
         if n > 1 and inst in split_mean and 0 <= split_mean[inst] <= 1:
             bundle(inst).add("kv_cache_usage_split_mean", split_mean[inst],
-                             f"promql:avg by (instance, engine) (kv_cache_usage_perc per pid)@{at_end}", t=end)
-    for r in client.query(f"last_over_time({series('cache_config_info', sel)}[{w}])", end):
-        _cache_config(bundle(_inst(r)), r["metric"], f"promql:cache_config_info{{instance=\"{_inst(r)}\"}}@{at_end}",
-                      end)
+                             f"promql:avg by (instance, engine) ({_USAGE} per pid)@{at_end}", t=end)
+    for r in client.query(f"last_over_time({series(vm.INFO_NAME, sel)}[{w}])", end):
+        cache_config_facts(bundle(_inst(r)), r["metric"],
+                           f"promql:{vm.INFO_NAME}{{instance=\"{_inst(r)}\"}}@{at_end}", end)
     return bundles, n_points
 
 

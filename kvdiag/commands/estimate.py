@@ -46,20 +46,13 @@ class _Finite(click.ParamType):
 
 GIB_OPTION = _Finite(0, 1 << 20, " GiB")          # up to 1 PiB per GPU
 MAX_PARALLEL = 4096                               # GPUs in one tensor / pipeline group
-MAX_BLOCK_SIZE = 4096                             # tokens per KV block (vLLM: 1..128 by hand, hybrids raise it)
+from ..vllm_defaults import MAX_BLOCK_SIZE_OPTION as MAX_BLOCK_SIZE, DEFAULT_BLOCK_SIZE, default_gpu_memory_utilization, DEFAULT_GPU_MEMORY_UTILIZATION as _U0, DEFAULT_GPU_MEMORY_UTILIZATION_FROM as _U1  # noqa: E402,I001,E501
 MAX_TOKENS = 1 << 31
 
 
 def _load_config(path: str) -> dict[str, Any]:
-    """Read a HF config.json; InputError naming the file and what was expected."""
-    from ..inputs.jsondoc import config
-
-    data = config(path, label="--model-config")
-    try:
-        cap.check_config_numbers(data)
-    except InputError as exc:
-        raise _relabel(exc, path) from None
-    return data
+    """Read a HF config.json (:func:`kvdiag.capacity.load_model_config`, the one loader)."""
+    return cap.load_model_config(path)
 
 
 def _relabel(exc: InputError, path: str) -> InputError:
@@ -79,7 +72,7 @@ def _relabel(exc: InputError, path: str) -> InputError:
 @click.option("--pipeline-parallel-size", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
               metavar="N", help="vLLM --pipeline-parallel-size.")
 @click.option("--block-size", default=None, type=click.IntRange(1, MAX_BLOCK_SIZE), metavar="TOKENS",
-              help="vLLM --block-size, tokens (default 16; raised for hybrid Mamba models).")
+              help=f"vLLM --block-size, tokens (default {DEFAULT_BLOCK_SIZE}; raised for hybrid Mamba models).")
 @click.option("--max-model-len", default=None, type=click.IntRange(1, MAX_TOKENS), metavar="TOKENS",
               help="Tokens per request (default: the config's max_position_embeddings).")
 @click.option("--max-num-batched-tokens", default=None, type=click.IntRange(1, MAX_TOKENS), metavar="TOKENS",
@@ -90,7 +83,7 @@ def _relabel(exc: InputError, path: str) -> InputError:
 @click.option("--gpu-memory", "gpu_memory", default=None, type=GIB_OPTION, metavar="GiB",
               help="Total memory of one GPU, GiB (KV memory is then estimated).")
 @click.option("--gpu-memory-utilization", default=None, type=_Finite(0, 1), metavar="RATIO",
-              help="vLLM --gpu-memory-utilization (with --gpu-memory; default 0.9, 0.92 from 0.24).")
+              help=f"vLLM --gpu-memory-utilization (with --gpu-memory; default {_U0}, {_U1[1]} from {_U1[0][0]}.{_U1[0][1]}).")
 @click.option("--speculative-method", default=None, type=click.Choice(list(cap.SPECULATIVE_METHODS)),
               help="speculative_config method: eagle/eagle3 add the head's layer, mtp the checkpoint's MTP layers.")
 @click.option("--num-speculative-tokens", default=0, type=click.IntRange(0, 64), metavar="N",
@@ -206,7 +199,7 @@ def estimate(
         else:
             util = gpu_memory_utilization
             if util is None:
-                util = 0.92 if version is not None and version >= (0, 24, 0) else 0.9
+                util = default_gpu_memory_utilization(version)
                 notes.append(f"gpu_memory_utilization not given: vLLM default {util} assumed")
             if weights_worker is None:
                 raise click.UsageError("cannot estimate KV memory from --gpu-memory without a weights estimate; give --kv-cache-memory")

@@ -17,8 +17,10 @@ from ..durations import parse_duration
 from ..errors import InputError
 from ..redaction import redact
 from ..simulate.document import _COLS, _cells, _cost_line, _setting_label, parse_step_cost  # noqa: F401
-from ..simulate.model import MAX_BLOCKS, Setting, SimulationLimit, StepCost, simulate
+from ..simulate.model import DEFAULT_MAX_MODEL_LEN, MAX_BLOCKS, Setting, SimulationLimit, StepCost, simulate
 from ..simulate.workload import MAX_REQUESTS, load_lab_case, load_trace, summarize
+from ..vllm_defaults import (DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+                             MAX_BLOCK_SIZE_OPTION)
 from .options import exit_codes
 
 def _kv_dtypes() -> click.Choice:
@@ -70,9 +72,8 @@ def _float_list(opt: str, text: str | None, lo: float, hi: float) -> list[float]
 
 def _blocks_from_memory(gib: float, model_config: str, block_size: int, kv_cache_dtype: str) -> int:
     from .. import capacity as cap
-    from .estimate import _load_config
 
-    shape = cap.model_shape(_load_config(model_config))
+    shape = cap.model_shape(cap.load_model_config(model_config))
     kinds = set(shape.layer_kinds)
     if not kinds <= {"full"}:
         raise InputError(f"{model_config}: layer kinds {sorted(kinds)}: the simulator models one full-attention KV "
@@ -250,16 +251,16 @@ SIMULATE_CODES = exit_codes(("0", "table printed"), ("3", "bad usage, an unreada
               help="HF config.json (for --kv-cache-memory).")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, type=_kv_dtypes(),
               help="vLLM --kv-cache-dtype, with --kv-cache-memory (auto = model dtype).")
-@click.option("--block-size", default=None, metavar="TOKENS", help="Tokens per block, comma list allowed (default 16 "
+@click.option("--block-size", default=None, metavar="TOKENS", help=f"Tokens per block, comma list allowed (default {DEFAULT_BLOCK_SIZE} "
               "or the lab case's).")
-@click.option("--max-num-seqs", default=None, metavar="N[,N...]", help="Comma list allowed (default 256 or the lab "
+@click.option("--max-num-seqs", default=None, metavar="N[,N...]", help=f"Comma list allowed (default {DEFAULT_MAX_NUM_SEQS} or the lab "
               "case's).")
-@click.option("--max-num-batched-tokens", default=None, metavar="TOKENS", help="Comma list allowed (default 2048 or "
+@click.option("--max-num-batched-tokens", default=None, metavar="TOKENS", help=f"Comma list allowed (default {DEFAULT_MAX_NUM_BATCHED_TOKENS} or "
               "the lab case's).")
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
               help="Default on (vLLM V1) or the lab case's.")
 @click.option("--max-model-len", default=None, type=click.IntRange(16, 1 << 24), metavar="TOKENS",
-              help="Default 32768 or the lab case's.")
+              help=f"Default {DEFAULT_MAX_MODEL_LEN} or the lab case's.")
 @click.option("--step-cost", default=None, metavar="K=V,...",
               help="Step time: overhead_ms, weights_ms, compute_us_per_token, kv_read_ns_per_token [, jitter, seed] "
                    "(the lab's formula; required unless --lab-case gives them; --from-metrics fits them).")
@@ -322,7 +323,7 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
                              "(raise the cap with --max-requests)")
         f = syn["facts"]
         if "num_gpu_blocks" in f:
-            base = Setting(num_gpu_blocks=f["num_gpu_blocks"], block_size=f.get("block_size", 16),
+            base = Setting(num_gpu_blocks=f["num_gpu_blocks"], block_size=f.get("block_size", DEFAULT_BLOCK_SIZE),
                            enable_prefix_caching=f.get("enable_prefix_caching", True))
         source = {"kind": "from-metrics", "path": str(from_metrics), "about": syn["about"]}
     else:
@@ -343,12 +344,12 @@ def simulate_cmd(trace, lab_case, from_metrics, num_gpu_blocks, kv_cache_memory,
             raise click.BadParameter(str(exc), param_hint="--duration") from None
         if not 0 < dur <= 366 * 86400:
             raise click.BadParameter(f"{duration!r}: expected a duration above 0, at most 366d", param_hint="--duration")
-    bss = _int_list("--block-size", block_size, 1, 4096) or [base.block_size if base else 16]
-    seqs = _int_list("--max-num-seqs", max_num_seqs, 1, 1 << 20) or [base.max_num_seqs if base else 256]
+    bss = _int_list("--block-size", block_size, 1, MAX_BLOCK_SIZE_OPTION) or [base.block_size if base else DEFAULT_BLOCK_SIZE]
+    seqs = _int_list("--max-num-seqs", max_num_seqs, 1, 1 << 20) or [base.max_num_seqs if base else DEFAULT_MAX_NUM_SEQS]
     mnbt = _int_list("--max-num-batched-tokens", max_num_batched_tokens, 1, 1 << 24) or \
-        [base.max_num_batched_tokens if base else 2048]
+        [base.max_num_batched_tokens if base else DEFAULT_MAX_NUM_BATCHED_TOKENS]
     pc = base.enable_prefix_caching if (prefix_caching is None and base) else (True if prefix_caching is None else prefix_caching)
-    mml = max_model_len or (base.max_model_len if base else 32768)
+    mml = max_model_len or (base.max_model_len if base else DEFAULT_MAX_MODEL_LEN)
     if num_gpu_blocks and kv_cache_memory:
         raise click.UsageError("give --num-gpu-blocks or --kv-cache-memory, not both")
     pools: list[tuple[str, Any]] = []

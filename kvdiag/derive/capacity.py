@@ -12,8 +12,7 @@ from .. import capacity
 from ..bundle import Bundle
 from ..errors import InputError
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-"""vLLM's default ``gpu_memory_utilization`` through 0.16 (0.92 from 0.24, reference §1.4)."""
+from ..vllm_defaults import DEFAULT_GPU_MEMORY_UTILIZATION  # noqa: E402
 
 
 def derive_capacity(bundle: Bundle) -> None:
@@ -67,7 +66,7 @@ def derive_capacity(bundle: Bundle) -> None:
     _modelled_token_line(bundle, shape, kv, kv_dtype, tp, src_cfg)
     try:
         logged_q = _text_last(bundle, "quantization")
-        has_qc = isinstance(capacity._text_config(cfg).get("quantization_config"), dict)
+        has_qc = isinstance(capacity.text_config_of(cfg).get("quantization_config"), dict)
         # the log's --quantization (engine config line) when the checkpoint config names none (online fp8, bnb)
         total_w = capacity.weights_bytes(cfg, None if has_qc or not logged_q else logged_q)
     except (InputError, ValueError):

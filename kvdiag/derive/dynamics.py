@@ -35,7 +35,7 @@ from .prefix import _aligned
 #: usage at or above which an instant counts as "the pool is full" for the occupancy estimate
 FULL_USAGE = 0.90
 #: vLLM's default block size on CUDA (FlashAttention; ``vllm/platforms/cuda.py``) — the remedy's target
-DEFAULT_BLOCK_SIZE = 16
+from ..vllm_defaults import DEFAULT_BLOCK_SIZE  # noqa: E402
 #: fewest full-pool instants the occupancy estimate is taken from
 MIN_FULL_INSTANTS = 2
 

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..bundle import Bundle
+from ..vllm_defaults import MAX_CHOSEN_BLOCK_SIZE
 from .core import increase
 
 LOW_LOAD = 0.50
@@ -513,8 +514,8 @@ def _sizing(bundle: Bundle) -> None:
 
 def _hybrid_floor(bundle: Bundle) -> None:
     bs = bundle.last("block_size")
-    if bs and bs[0] > 128 and not bundle.has("hybrid_block_size"):
-        bundle.add("hybrid_block_size", bs[0], f"derived: block_size {bs[0]:,.0f} ({bs[1]}) > 128: raised for a "
+    if bs and bs[0] > MAX_CHOSEN_BLOCK_SIZE and not bundle.has("hybrid_block_size"):
+        bundle.add("hybrid_block_size", bs[0], f"derived: block_size {bs[0]:,.0f} ({bs[1]}) > {MAX_CHOSEN_BLOCK_SIZE}: raised for a "
                                                 "hybrid model's state pages")
 
 

@@ -24,14 +24,14 @@ def samples(path: str, what: str = "a Prometheus /metrics page (text format)"):
     Raises:
         InputError: as :func:`read_text` and :func:`families` (``path:line: not Prometheus text format …``).
     """
-    from ..collect.metrics import _le
+    from ..collect.metrics import le_bound
 
     for fam in families(read_text(path, what), str(path)):
         for s in fam.samples:
             name = "vllm:" + s.name[5:] if s.name.startswith("vllm_") else s.name
             le = None
             if "le" in s.labels:
-                text = _le(str(s.labels["le"]))
+                text = le_bound(str(s.labels["le"]))
                 le = None if text is None else float(text)
             yield name, dict(s.labels), finite_float(_plain(s.value)), le
 

@@ -54,6 +54,8 @@ from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from ..vllm_defaults import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
+
 __all__ = ["StepCost", "Setting", "Request", "SimResult", "simulate"]
 
 
@@ -75,6 +77,10 @@ class StepCost:
     seed: int = 0
 
 
+DEFAULT_MAX_MODEL_LEN = 32768
+"""The simulator's ``max_model_len`` when neither the lab case nor an option gives one (vLLM takes the model's)."""
+
+
 @dataclass(frozen=True)
 class Setting:
     """One deployment setting to simulate (vLLM names): pool size in blocks (``num_gpu_blocks``, the null block
@@ -82,11 +88,11 @@ class Setting:
     ``enable_prefix_caching``, ``max_model_len`` in tokens."""
 
     num_gpu_blocks: int
-    block_size: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
+    block_size: int = DEFAULT_BLOCK_SIZE
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     enable_prefix_caching: bool = True
-    max_model_len: int = 32768
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
 
     def to_dict(self) -> dict:
         return asdict(self)

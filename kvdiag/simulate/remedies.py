@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .model import Setting, SimulationLimit, StepCost, simulate
+from ..vllm_defaults import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
+from .model import DEFAULT_MAX_MODEL_LEN, Setting, SimulationLimit, StepCost, simulate
 
 CLASSES = ("capacity_pressure", "partial_block_waste")
 
@@ -29,8 +30,9 @@ def setting_from_bundle(bundle) -> tuple[Setting | None, list[str]]:
         return None, []
     assumed = []
     vals = {}
-    for name, default in (("block_size", 16), ("max_num_seqs", 256), ("max_num_batched_tokens", 2048),
-                          ("max_model_len", 32768)):
+    for name, default in (("block_size", DEFAULT_BLOCK_SIZE), ("max_num_seqs", DEFAULT_MAX_NUM_SEQS),
+                          ("max_num_batched_tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS),
+                          ("max_model_len", DEFAULT_MAX_MODEL_LEN)):
         v = _fact(bundle, name)
         if v is None:
             assumed.append(f"{name} {default}")
@@ -77,10 +79,10 @@ def cite(report, bundle, requests, cost: StepCost, duration_s: float | None, sou
                                (2.0, "2x the KV pool (--kv-cache-dtype fp8)")):
                     alts.append((why, dataclasses.replace(base, num_gpu_blocks=int((base.num_gpu_blocks - 1) * k) + 1)))
             else:
-                if base.block_size > 16:
-                    nb = (base.num_gpu_blocks - 1) * base.block_size // 16 + 1
-                    alts.append(("block_size 16 (same KV memory)",
-                                 dataclasses.replace(base, block_size=16, num_gpu_blocks=nb)))
+                if base.block_size > DEFAULT_BLOCK_SIZE:
+                    nb = (base.num_gpu_blocks - 1) * base.block_size // DEFAULT_BLOCK_SIZE + 1
+                    alts.append((f"block_size {DEFAULT_BLOCK_SIZE} (same KV memory)",
+                                 dataclasses.replace(base, block_size=DEFAULT_BLOCK_SIZE, num_gpu_blocks=nb)))
             parts = [f"as run ({base.num_gpu_blocks} blocks x {base.block_size}, max_num_seqs "
                      f"{base.max_num_seqs}): {_describe(ran)}"]
             for what, s in alts:

@@ -28,6 +28,7 @@ import random
 from pathlib import Path
 
 from ..errors import InputError
+from ..vllm_defaults import DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE
 from .model import Request
 
 MAX_PAGES = 100_000
@@ -162,7 +163,7 @@ def synthesize(folder: str, seed: int = 0) -> dict:
     facts = {}
     from ..numbers import finite_float
 
-    for k, hi in (("num_gpu_blocks", 1 << 40), ("block_size", 1 << 20)):
+    for k, hi in (("num_gpu_blocks", 1 << 40), ("block_size", MAX_BLOCK_SIZE)):
         x = finite_float(info.get(k), 1, hi)
         if x is not None:
             facts[k] = int(x)
@@ -170,7 +171,7 @@ def synthesize(folder: str, seed: int = 0) -> dict:
         facts["enable_prefix_caching"] = str(info["enable_prefix_caching"]).lower() == "true"
     q = last.get("vllm:prefix_cache_queries_total", 0.0)  # counters since the server started
     h = last.get("vllm:prefix_cache_hits_total", 0.0) / q if q else 0.0
-    bs = facts.get("block_size", 16)
+    bs = facts.get("block_size", DEFAULT_BLOCK_SIZE)
     reqs = []
     for i, a in enumerate(arrivals):
         p = prompts[i]
@@ -209,7 +210,7 @@ def fit_step_cost(folder: str) -> tuple["StepCost", str]:
                     v[n] = v.get(n, 0.0) + value
             elif n == "vllm:cache_config_info" and "pool" not in v:
                 blocks = finite_float(labels.get("num_gpu_blocks"), 1, 1 << 40)
-                size = finite_float(labels.get("block_size"), 1, 1 << 20)
+                size = finite_float(labels.get("block_size"), 1, MAX_BLOCK_SIZE)
                 if blocks is not None and size is not None:
                     v["pool"] = (int(blocks) - 1) * int(size)
         rows.append((t, v))

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from ..errors import InputError
 from ..inputs import jsondoc, table
 from ..inputs.files import read_text
+from ..vllm_defaults import MAX_BLOCK_SIZE
 from .model import MAX_BLOCKS, Request, Setting, StepCost
 
 MAX_REQUESTS = 200_000  # default cap (~120 MB, about a minute): a longer trace is refused; --max-requests raises it
@@ -199,7 +200,7 @@ def _check_truth(path: Path, t: dict, setting: Setting, cost: StepCost, duration
         raise InputError(f"{path}: {field} = {str(value)[:40]}: expected {expected}")
 
     for field, value, lo, hi in (("num_gpu_blocks", setting.num_gpu_blocks, 2, MAX_BLOCKS),
-                                 ("block_size", setting.block_size, 1, 1 << 20),
+                                 ("block_size", setting.block_size, 1, MAX_BLOCK_SIZE),
                                  ("deployment.max_num_seqs", setting.max_num_seqs, 1, 1 << 20),
                                  ("deployment.max_num_batched_tokens", setting.max_num_batched_tokens, 1, 1 << 30),
                                  ("deployment.max_model_len", setting.max_model_len, 1, 1 << 30)):
