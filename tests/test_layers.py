@@ -25,9 +25,12 @@ PKG = Path(__file__).resolve().parent.parent / "kvdiag"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # lowest first; a module may import its own layer and those below
     ("core", ("kvdiag", "kvdiag.errors", "kvdiag.redaction", "kvdiag.numbers", "kvdiag.durations", "kvdiag.fileio",
               "kvdiag.extras", "kvdiag.signals", "kvdiag.bundle", "kvdiag.catalog", "kvdiag.catalog.*",
-              "kvdiag.capacity", "kvdiag.capacity.*")),
+              "kvdiag.capacity", "kvdiag.capacity.*", "kvdiag.vllm_defaults", "kvdiag.vllm_metrics",
+              # the input layer's leaf guards (a bounded file, JSON document, table, PromQL answer), below every reader
+              "kvdiag.inputs", "kvdiag.inputs.files", "kvdiag.inputs.jsondoc", "kvdiag.inputs.http",
+              "kvdiag.inputs.logfile", "kvdiag.inputs.promapi", "kvdiag.inputs.table")),
     # reading: the guarded input layer and the collectors that turn logs, pages and PromQL answers into a bundle
-    ("collect", ("kvdiag.inputs", "kvdiag.inputs.*", "kvdiag.collect", "kvdiag.collect.*", "kvdiag.pages")),
+    ("collect", ("kvdiag.inputs.*", "kvdiag.collect", "kvdiag.collect.*", "kvdiag.pages")),
     # the derived signals (the top-level modules today; the kvdiag/derive/ package of issue 26's derive branch)
     ("derive", ("kvdiag.derive", "kvdiag.derive.*", "kvdiag.derive_*", "kvdiag.windows")),
     # judging: the rules engine, and the what-if scheduler model with its workloads and step-cost parser

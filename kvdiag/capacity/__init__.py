@@ -41,8 +41,9 @@ from .units import (  # noqa: F401
     LAYER_MAMBA, LAYER_NONE, LAYER_SLIDING, ATTENTION_LAYERS, _DTYPE_BYTES, STATE_LAYERS, check_positive,
     dtype_bytes, kv_cache_dtype_bytes,
 )
+from .loader import load_model_config  # noqa: F401
 from .config_fields import (  # noqa: F401
-    MAX_CONFIG_INT, FIELD_MAX, int_field, text_config_of, check_config_numbers, load_model_config,
+    MAX_CONFIG_INT, FIELD_MAX, int_field, text_config_of, check_config_numbers,
 )
 from .shape import (  # noqa: F401
     ModelShape, _QWEN_TYPES, _gdn_dims, _layer_kinds, model_shape,
