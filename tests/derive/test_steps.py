@@ -108,7 +108,7 @@ def _trace(bundles) -> dict[str, tuple[set, set]]:
 
 
 def _bundles():
-    from kvdiag.analyze import load_model_config
+    from kvdiag.capacity import load_model_config
     from kvdiag.collect.logs import read_logs
     from kvdiag.collect.metrics import read_metrics_file
     from kvdiag.engine.runcases import all_cases
