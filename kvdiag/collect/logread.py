@@ -43,6 +43,8 @@ import numpy as np
 
 from ..errors import InputError
 
+MIB = 1 << 20
+
 BLOCK_BYTES = 4 << 20
 MAX_LINE_BYTES = 8 << 20
 MAGIC_GZIP = b"\x1f\x8b"
@@ -77,53 +79,106 @@ RECORD_START = re.compile(
 # ------------------------------------------------------------------------------------------------
 # Opening and ordering
 class _Inflating:
-    """A readable stream of the decompressed bytes of a gzip or zstandard file (members/frames in a row).
+    """A readable stream of the decompressed bytes of a gzip or zstandard file (members/frames in a row), bounded
+    while it streams.
 
     Hands out every byte that can be decompressed before it says anything is wrong: a stream cut short (a
     truncated ``.gz`` / ``.zst``, a file still being written) raises ``EOFError`` only once the decodable
     bytes before the cut were read, so the reader keeps the lines it got.
 
+    Bounded: one step inflates at most :data:`STEP_OUT` bytes (gzip: ``max_length``; zstandard, whose
+    ``decompressobj`` has no such bound: the next input piece is sized from the ratio seen so far, so a run of RLE
+    blocks inflates a few MiB per step, never GiB), and once :data:`RATIO_FLOOR` bytes came out, a stream that
+    inflates to more than :data:`MAX_RATIO` times the compressed bytes it consumed is refused
+    (:class:`~kvdiag.errors.InputError`, naming the file and the cap) before its lines are read: a 1 MiB gzip
+    of one 1 GiB line or of one line repeated (250-1000x) is a decompression bomb, not a log (a real vLLM log gzips 8-15x, an
+    idle server's stats lines ~80x; zstandard -19 ~230x).
+
     Args:
         raw: the stored (compressed) byte stream.
-        make: returns a fresh decompressor with ``decompress``, ``eof`` and ``unused_data`` (``zlib`` with
-            ``wbits=31`` for gzip, ``zstandard``'s ``decompressobj``).
-        kind: ``"gzip"`` or ``"zstd"`` for messages.
+        kind: ``"gzip"`` or ``"zstd"``.
+        name: the file for messages.
     """
 
     CHUNK = 256 << 10
+    STEP_OUT = 1 << 20
+    RATIO_FLOOR = 1 << 20
+    MAX_RATIO = {"gzip": 200, "zstd": 1000}
 
-    def __init__(self, raw: BinaryIO, make: Callable[[], object], kind: str) -> None:
-        self._raw, self._make, self.kind = raw, make, kind
-        self._d = make()
+    def __init__(self, raw: BinaryIO, kind: str, name: str = "") -> None:
+        self._raw, self.kind, self.name = raw, kind, name
+        self._d = self._make()
         self._buf = bytearray()
+        self._pending = b""       # stored bytes read but not yet fed to the decompressor
         self._in_member = False   # input fed to the current decompressor since its start
         self._ended = False       # the stored stream is exhausted
+        self.consumed = 0         # stored bytes the decompressors took
+        self.inflated = 0         # bytes they gave
+        self._piece = 4096        # zstandard: the next input piece (adapted to the ratio seen)
 
-    def _feed(self, data: bytes) -> None:
-        while data:
-            self._in_member = True
-            try:
-                self._buf += self._d.decompress(data)
-            except MemoryError:
-                raise
-            except Exception as exc:  # zlib.error, zstandard.ZstdError: the stored stream is corrupt
-                raise ValueError(f"corrupt {self.kind} stream: {exc}") from None
-            if not self._d.eof:
-                return
-            data = self._d.unused_data
+    def _make(self):
+        if self.kind == "gzip":
+            return zlib.decompressobj(wbits=31)
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompressobj()
+
+    def _step(self) -> bool:
+        """Inflate one bounded step of the pending input; False when it needs more stored bytes."""
+        data = self._pending
+        if not data:
+            return False
+        self._in_member = True
+        try:
+            if self.kind == "gzip":
+                out = self._d.decompress(data, self.STEP_OUT)
+                rest = self._d.unconsumed_tail
+                if self._d.eof:
+                    rest = self._d.unused_data
+            else:
+                piece = data[:self._piece]
+                out = self._d.decompress(piece)
+                rest = data[len(piece):]
+                if self._d.eof:
+                    rest = self._d.unused_data + rest
+                ratio = len(out) / max(1, len(piece) - (len(self._d.unused_data) if self._d.eof else 0))
+                self._piece = int(min(self.CHUNK, max(256, self.STEP_OUT / max(ratio, 1.0))))
+        except MemoryError:
+            raise
+        except Exception as exc:  # zlib.error, zstandard.ZstdError: the stored stream is corrupt
+            raise ValueError(f"corrupt {self.kind} stream: {exc}") from None
+        self.consumed += len(data) - len(rest)
+        self.inflated += len(out)
+        self._buf += out
+        self._pending = rest
+        if self._d.eof:
             self._d = self._make()
             self._in_member = False
-            if data and not data.strip(b"\x00"):
-                return  # zero padding after the last member (gzip tools write it; GzipFile ignores it)
+            if rest and not rest.strip(b"\x00"):
+                self._pending = b""  # zero padding after the last member (gzip tools write it; GzipFile ignores it)
+        self._check_ratio()
+        return True
+
+    def _check_ratio(self) -> None:
+        cap = self.MAX_RATIO[self.kind]
+        if self.inflated > self.RATIO_FLOOR and self.inflated > cap * max(1, self.consumed):
+            raise InputError(
+                f"{self.name}: {self.kind} stream inflates more than {cap}x (the cap: {self.inflated / MIB:,.0f} MiB "
+                f"from {self.consumed / 1024:,.1f} KiB so far): a decompression bomb, not vLLM log or /metrics text "
+                f"(to read it anyway, decompress it yourself and give the plain file or '-')")
 
     def readinto(self, view) -> int:
         want = len(view)
-        while len(self._buf) < want and not self._ended:
+        while len(self._buf) < want:
+            if self._step():
+                continue
+            if self._ended:
+                break
             chunk = self._raw.read(self.CHUNK)
             if not chunk:
                 self._ended = True
                 break
-            self._feed(chunk)
+            self._pending = chunk
         if not self._buf:
             if self._ended and self._in_member:
                 raise EOFError(f"{self.kind} stream ends before its end-of-stream marker")
@@ -165,11 +220,9 @@ def open_log(path: str) -> Iterator[tuple[BinaryIO, Callable[[], int], int | Non
     try:
         head = raw.peek(4)[:4] if hasattr(raw, "peek") else b""
         if head.startswith(MAGIC_GZIP):
-            stream = _Inflating(raw, lambda: zlib.decompressobj(wbits=31), "gzip")
+            stream = _Inflating(raw, "gzip", path)
         elif head.startswith(MAGIC_ZSTD):
-            import zstandard
-
-            stream = _Inflating(raw, lambda: zstandard.ZstdDecompressor().decompressobj(), "zstd")
+            stream = _Inflating(raw, "zstd", path)
         else:
             stream = raw
         position = (lambda: raw.tell()) if size is not None else (lambda: 0)
@@ -275,6 +328,8 @@ class RecordReader:
                 got = stream.readinto(view[carry:carry + BLOCK_BYTES]) or 0
             except OSError as exc:
                 raise InputError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
+            except InputError:
+                raise  # a decompression bomb: refused, not a truncation
             except Exception as exc:  # noqa: BLE001 - EOFError, zlib.error, zstandard.ZstdError: a damaged archive
                 if not self.lines and not carry:
                     raise InputError(f"{self.name}: cannot decompress ({exc}): nothing readable before the "
