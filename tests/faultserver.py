@@ -42,7 +42,8 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
         pass
 
     def _stream(self, block: bytes, total: int | None, chunked: bool) -> None:
-        end = time.monotonic() + self.max_seconds
+        start = time.monotonic()
+        end = start + self.max_seconds
         sent = 0
         try:
             while (total is None or sent < total) and time.monotonic() < end:
@@ -52,11 +53,12 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
                 else:
                     self.wfile.write(piece)
                 sent += len(piece)
-        except OSError:
-            pass  # the client hung up: what a bounded client does
+        except OSError:  # the client hung up: what a bounded client does
+            self.hangups.append(time.monotonic() - self.started)
         self.close_connection = True
 
     def do_GET(self):  # noqa: N802
+        self.started = time.monotonic()
         if self.mode == "bomb":
             body = gzip_bomb(head=self.HEAD)
             self.send_response(200)
@@ -79,7 +81,7 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
                     self.wfile.flush()
                     time.sleep(0.02)
             except OSError:
-                pass
+                self.hangups.append(time.monotonic() - self.started)
             self.close_connection = True
             return
         if self.mode == "chunked":
@@ -98,7 +100,8 @@ class HostileServer:
     20 ms without end), ``big`` (a declared and sent 1 GiB body)."""
 
     def __init__(self, mode: str, max_seconds: float = 20.0) -> None:
-        handler = type("H", (_Hostile,), {"mode": mode, "max_seconds": max_seconds})
+        self.hangups: list[float] = []  # seconds from a request to the client hanging up, per answer cut short
+        handler = type("H", (_Hostile,), {"mode": mode, "max_seconds": max_seconds, "hangups": self.hangups})
         self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.srv.daemon_threads = True
 

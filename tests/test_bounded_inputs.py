@@ -70,12 +70,18 @@ def startup():
     ("big", "1,024 MiB announced, larger than the 64 MiB"),
 ])
 def test_hostile_prometheus_answers_are_refused_at_the_cap_and_the_deadline(startup, mode, needle):
-    with HostileServer(mode) as url:
+    server = HostileServer(mode)
+    with server as url:
         wall, code, rss, err = _run("analyze", "--prometheus-url", url, "--timeout", "3s", "--format", "json")
     assert code == 3, (code, err)
     _one_line(err, url.split("//")[1], needle)
     assert rss <= MAX_RSS_MB, f"{mode}: peak RSS {rss:.0f} MB"
-    assert wall <= startup["url"] + 3 + 1, f"{mode}: {wall:.1f} s, start-up {startup['url']:.1f} s"
+    if mode != "bomb":  # the bomb's 1 MiB is sent whole before it is inflated; the others are cut short
+        # kvdiag's time on the answer, seen by the server: from the request to the client hanging up
+        assert len(server.hangups) == 1 and server.hangups[0] <= 3 + 1, server.hangups
+    # the whole run, against the same command refused at once (a loaded machine slows both; the second start-up
+    # allows for the load changing between the two runs)
+    assert wall <= 2 * startup["url"] + 3 + 1, f"{mode}: {wall:.1f} s, start-up {startup['url']:.1f} s"
 
 
 def test_a_gzip_bomb_to_metrics_url_is_refused_at_its_cap(startup):
