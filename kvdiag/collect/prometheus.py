@@ -31,7 +31,10 @@ from .. import vllm_metrics as vm
 from ..derive.windows import HIGH_USAGE
 from .metrics import HttpOptions, cache_config_facts, http_get, make_session, out_of_domain, safe_url
 
-MAX_RESPONSE_BYTES = 1024 * 2**20
+MAX_RESPONSE_BYTES = 64 * 2**20
+"""The cap on one answer, checked while it streams (issue 28: a gzip bomb or an endless answer is refused at 64 MiB,
+~160 MB of RSS): a range query over 1,000 instances x 6 h at 15 s is ~45 MB of JSON; a larger answer would take GBs
+once parsed (narrow --selector or raise --step)."""
 _PREFIX = "(?:ray_)?vllm[:_]"
 
 #: The signals read as gauge series at ``step``; ``prefix_cache_hit_rate_cumulative`` (V0's cumulative gauge) is read

@@ -20,7 +20,9 @@ URLs (HTTP bodies)     :mod:`kvdiag.inputs.http`                              ``
 The guards every kind shares:
 
 * **size**: a file is a regular file of at most its kind's bound (a FIFO, ``/dev/zero`` or a folder is refused, never
-  read); an HTTP body is bounded and deadline-bound;
+  read); an HTTP body is bounded and deadline-bound, both checked while it streams (a gzip bomb or an endless chunked
+  answer is cut at the cap or at ``--timeout``, whichever comes first: 64 MiB for a page or a Prometheus answer); a
+  gzip / zstandard file inflates in bounded steps and is refused as a bomb past 200x / 1000x its compressed size;
 * **depth**: JSON nested deeper than :data:`MAX_DEPTH` and YAML deeper than its bound are refused before they are
   built (no RecursionError);
 * **numbers** parsed once, with their domain (:mod:`kvdiag.numbers`): no integer of more than ``MAX_DIGITS`` digits

@@ -209,17 +209,25 @@ def _get(session, url, timeout, params, accept, max_bytes, what, state) -> tuple
     with resp:
         chunks, size = [], 0
         raw = resp.raw
-        if hasattr(raw, "read1"):  # urllib3 2: returns as soon as some bytes arrived, so a drip cannot hold us
+        if hasattr(raw, "read1"):  # urllib3 2: returns as soon as some bytes arrived, so a drip cannot hold us; 2.6+
+            # inflates at most the bytes asked for per call (a gzip bomb never comes out whole)
             reader = iter(lambda: raw.read1(65536, decode_content=True), b"")
         else:
             reader = resp.iter_content(4096)
+        declared = resp.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > max_bytes and "Content-Encoding" not in resp.headers:
+            raise ScrapeError(f"{shown}: body of {int(declared) / 2**20:,.0f} MiB announced, larger than the "
+                              f"{max_bytes // 2**20} MiB kvdiag reads for {what}")
         try:
             for chunk in reader:
+                # the cap and the deadline while streaming, before the chunk is kept: the bytes held never pass
+                # max_bytes, and a server that never ends (chunked forever, a drip) is cut at the deadline
                 size += len(chunk)
                 if size > max_bytes:
-                    raise ScrapeError(f"{shown}: body larger than {max_bytes // 2**20} MiB, not {what}")
+                    raise ScrapeError(f"{shown}: body larger than {max_bytes // 2**20} MiB (decompressed), the cap "
+                                      f"kvdiag reads for {what}")
                 if time.monotonic() > deadline:
-                    raise ScrapeError(f"{shown}: body not complete within {timeout:g}s")
+                    raise ScrapeError(f"{shown}: body not complete within {timeout:g}s (--timeout)")
                 chunks.append(chunk)
         except requests.exceptions.ReadTimeout:
             raise ScrapeError(f"{shown}: body stalled, no data within {timeout:g}s") from None
