@@ -12,6 +12,7 @@ A case file (``rules/<class>/cases/<ID>.yaml``)::
         events: {cuda_oom: [{value: 1.0e9, text: load}]}       # log events, at the start
         expect: fires                                          # fires | quiet | unknown
         remedy_has: ["Add replicas: 4 in all"]                 # optional: texts the remedies must contain
+        message_has: ["with up to 3 request(s) waiting"]       # optional: texts the message (or quiet text) must contain
 
 ``series`` use promtool's expanding notation (Prometheus docs, "Unit testing for rules"): ``a+bxn`` is
 ``a, a+b, …, a+n·b`` (n+1 samples), ``axn`` repeats ``a`` n+1 times, ``_`` is a missing sample.
@@ -135,6 +136,8 @@ class Case:
     path: str = ""
     remedy_has: tuple[str, ...] = ()
     """Texts each of which one remedy of the firing finding must contain (``remedy_has:`` in the file)."""
+    message_has: tuple[str, ...] = ()
+    """Texts the finding's message (its quiet text when quiet) must contain (``message_has:``)."""
 
     def bundle(self) -> Bundle:
         """The case as a bundle: series sampled every ``interval`` from a fixed start; facts/events at the start."""
@@ -186,7 +189,7 @@ def load_cases(path: str | Path) -> list[Case]:
     for name, c in raw["cases"].items():
         if not isinstance(c, dict):
             raise RuleFileError(f"{path}: case {name} must be a mapping")
-        unknown = set(c) - {"series", "facts", "events", "expect", "doc", "remedy_has"}
+        unknown = set(c) - {"series", "facts", "events", "expect", "doc", "remedy_has", "message_has"}
         if unknown:
             raise RuleFileError(f"{path}: case {name}: unknown key(s) {sorted(unknown)}")
         expect = c.get("expect")
@@ -217,7 +220,11 @@ def load_cases(path: str | Path) -> list[Case]:
             raise RuleFileError(f"{path}: case {name}: remedy_has must be a list of non-empty strings")
         if remedy_has and expect != "fires":
             raise RuleFileError(f"{path}: case {name}: remedy_has needs expect: fires (only a firing rule has remedies)")
-        out.append(Case(raw["rule"], str(name), interval, series, facts, events, expect, path, tuple(remedy_has)))
+        message_has = c.get("message_has") or []
+        if not isinstance(message_has, list) or not all(isinstance(t, str) and t for t in message_has):
+            raise RuleFileError(f"{path}: case {name}: message_has must be a list of non-empty strings")
+        out.append(Case(raw["rule"], str(name), interval, series, facts, events, expect, path, tuple(remedy_has),
+                        tuple(message_has)))
     return out
 
 
