@@ -18,6 +18,7 @@ from ..bundle import Bundle
 from ..derive import increase
 from ..signals import SIGNALS
 from .model import Condition, Node, Rule, spec_ok
+from .summary import Summary
 from .template import Clause, TemplateSyntaxError, parse
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
@@ -78,10 +79,17 @@ class Verdict:
     primary: str
     severity: str
     confidence: str
-    summary: str
+    summary: str  # given as a Summary (or a plain sentence), kept as its text; ``parts`` holds the Summary
     secondary: list[str] = field(default_factory=list)
     ruled_out: list[dict] = field(default_factory=list)
     forecast: bool = False  # the primary finding is a forecast (CAP002: the pool is filling, not yet full)
+    parts: Summary | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.summary, Summary):
+            self.parts, self.summary = self.summary, self.summary.text()
+        elif self.parts is None or self.parts.text() != self.summary:
+            self.parts = Summary(str(self.summary))
 
     def to_dict(self) -> dict:
         out = {"primary": self.primary, "severity": self.severity, "confidence": self.confidence,
@@ -512,15 +520,13 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
     if fired:
         top = max(fired, key=lambda f: (SEVERITY_RANK[f.severity], f.priority))
         others = list(dict.fromkeys(f.cls for f in fired if f is not top and f.cls != top.cls))
-        summary = top.message
-        if others:
-            summary += f" (also firing: {', '.join(others)})"
+        summary = Summary(top.message, also_firing=tuple(others))
         return Verdict(top.cls, top.severity, top.confidence, summary, others, ruled_out(top.cls), forecast=top.forecast)
     if unexplained:
         more = f" and {len(unexplained) - 1} more" if len(unexplained) > 1 else ""
         return Verdict("inconclusive", "ok", "low",
-                       f"The input shows a failure no rule explains: {unexplained[0]}{more}. "
-                       "Not judged healthy.", [], ruled_out("inconclusive"))
+                       Summary("The input shows a failure no rule explains", (f"{unexplained[0]}{more}",),
+                               after=("Not judged healthy.",)), [], ruled_out("inconclusive"))
     if judged and not notes and not any(f.status == "quiet" and f.on_evidence for f in judged):
         # every quiet rule was quiet only because its inputs were absent: nothing was judged (Nagios UNKNOWN)
         return Verdict("inconclusive", "ok", "low",
@@ -536,12 +542,9 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
         unknown = len(findings) - len(judged)
         conf = "high" if unknown == 0 else ("medium" if len(judged) >= unknown else "low")
         bare = sum(1 for f in judged if f.status == "quiet" and not f.on_evidence)  # shown as not judged
-        summary = f"No KV-cache or GPU-memory problem found: {len(judged) - len(notes) - bare} rule(s) judged quiet"
-        if unknown or bare:
-            summary += f", {unknown + bare} could not be judged (missing signals)"
-        summary += "."
-        for n in notes:
-            summary += f" Note: {n.message}"
+        counts = f"{len(judged) - len(notes) - bare} rule(s) judged quiet" + (
+            f", {unknown + bare} could not be judged (missing signals)" if unknown or bare else "")
+        summary = Summary("No KV-cache or GPU-memory problem found", (counts,), notes=tuple(n.message for n in notes))
         return Verdict("healthy", "ok", conf, summary, [], ruled_out("healthy"))
     return Verdict("inconclusive", "ok", "low",
                    "Nothing could be judged: the inputs hold none of the signals the rules need.")
@@ -648,7 +651,5 @@ def require_keeping_up(v: Verdict, bundle: Bundle, window_note: str = "") -> Ver
     why = not_keeping_up(bundle)
     if not why:
         return v
-    summary = "Not judged healthy: " + "; ".join(why) + "."
-    if window_note:
-        summary += " The " + window_note + "."
+    summary = Summary("Not judged healthy", tuple(why), after=(f"The {window_note}.",) if window_note else ())
     return Verdict("inconclusive", "ok", "low", summary, [], v.ruled_out)
