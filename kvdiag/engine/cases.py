@@ -9,7 +9,7 @@ A case file (``rules/<class>/cases/<ID>.yaml``)::
       fires_when_full_and_preempting:
         series: {kv_cache_usage: '0.80+0.05x3 0.98x12', num_preemptions: '0x4 1+2x11'}
         facts: {block_size: 16, num_gpu_blocks: 2048}          # one observation each, at the start
-        events: {cuda_oom: [{value: 1.0e9, text: load}]}       # log events, at the start
+        events: {cuda_oom: [{value: 1.0e9, text: load}]}       # log events, at the start (value: null: no number)
         expect: fires                                          # fires | quiet | unknown
         remedy_has: ["Add replicas: 4 in all"]                 # optional: texts the remedies must contain
         message_has: ["with up to 3 request(s) waiting"]       # optional: texts the message (or quiet text) must contain
@@ -117,7 +117,9 @@ def _events(raw) -> dict[str, list[dict]]:
             text = ev.get("text", "")
             if not isinstance(text, (str, int, float)) or isinstance(text, bool):
                 raise ValueError(f"events.{sig}[{i}].text must be a string")
-            evs.append({"value": _number(ev.get("value", 1), f"events.{sig}[{i}].value"), "text": str(text)})
+            value = None if "value" in ev and ev["value"] is None else _number(ev.get("value", 1),
+                                                                                f"events.{sig}[{i}].value")
+            evs.append({"value": value, "text": str(text)})  # value: null, a line that states no number
         out[sig] = evs
     return out
 

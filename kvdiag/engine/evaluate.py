@@ -19,7 +19,7 @@ from ..derive import increase
 from ..signals import SIGNALS
 from .model import Condition, Node, Rule, spec_ok
 from .summary import Summary
-from .template import Clause, TemplateSyntaxError, parse
+from .template import Clause, TemplateSyntaxError, leading_conditions, parse
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
         "!=": operator.ne}
@@ -347,19 +347,22 @@ def render(template: str, bundle: Bundle, params: dict, strict: bool = False, sh
 
     Units follow the format spec: ``%`` for ratios, ``,.0f`` for tokens, ``gib`` (a kvdiag spec)
     prints bytes as GiB with two decimals, ``min`` seconds as minutes (one decimal below 10), ``pctmin`` a ratio per
-    second as a signed percentage per minute (``+3.1%``). A clause whose numbers are missing drops out
+    second as a signed percentage per minute (``+3.1%``). A template may start with conditions (``?signal.agg: ``):
+    when one does not hold it counts as a missing number. A clause whose numbers are missing drops out
     (``kvdiag/engine/template.py``). A field outside every clause without data prints ``n/a``; with
     ``strict=True`` the whole template is dropped instead (returns ``None``), so a remedy never
     shows a number kvdiag does not have. A format spec that ``model.spec_ok`` refuses (unknown letters,
     width or precision above 64) prints the plain value, so rendering never builds a huge string.
     ``shown``, when a list, receives the ids of the clause branches shown.
     """
+    conds, body = leading_conditions(template)
     try:
-        pieces = parse(template)
+        pieces = parse(body)
     except TemplateSyntaxError:  # the loader refuses these; render such a text as it stands
-        pieces = (template,)
+        pieces = (body,)
     inner: list = []
     out, missing = _fill(pieces, bundle, params, inner)
+    missing = missing or not all(_has(bundle, s, a) == want for want, s, a in conds)
     if strict and missing:
         return None
     if shown is not None:

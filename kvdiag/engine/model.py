@@ -113,13 +113,14 @@ def check_template(template: str, path: str, key: str, params: dict) -> None:
             unbalanced or names no number, or a clause condition (``?signal.agg`` / ``!signal.agg``) names an
             unknown signal or agg (``kvdiag/engine/template.py``).
     """
-    from .template import Clause, TemplateSyntaxError, parse, walk
+    from .template import Branch, Clause, TemplateSyntaxError, leading_conditions, parse, walk
 
+    conds, body = leading_conditions(template)
     try:
-        pieces = parse(template)
+        pieces = parse(body)
     except TemplateSyntaxError as exc:
         raise _err(path, f"{key}: {exc}") from None
-    for item in walk(pieces):
+    for item in [Clause("", (Branch(conds, ()),))] + list(walk(pieces)):
         if isinstance(item, Clause):
             for branch in item.branches:
                 for _want, name, agg in branch.conds:

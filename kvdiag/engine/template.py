@@ -7,7 +7,7 @@ A template is text with fields (``{signal.agg:spec}``, ``{param}``, ``{signal.te
   clause drops out on its own, and its fields do not decide whether the outer one is shown.
 * ``[[ … || … ]]`` — a clause with branches: the first branch whose fields all have data is shown; when none has,
   nothing (a last branch without fields is an "else" and always shows).
-* A branch may start with conditions on numbers it does not print, ending with ``:``: ``?signal.agg`` (shown only
+* A branch, or a whole variant, may start with conditions on numbers it does not print, ending with ``:``: ``?signal.agg`` (shown only
   when that number has data), ``!signal.agg`` (only when it has none), several separated by spaces:
   ``[[!num_preemptions.increase: and {num_requests_swapped.max:.0f} swapped]]``.
 
@@ -54,6 +54,18 @@ class Clause:
 
 class TemplateSyntaxError(ValueError):
     """An unbalanced ``[[``/``]]``, a ``||`` outside a clause, or a clause that names no number."""
+
+
+def leading_conditions(template: str) -> tuple[tuple[tuple[bool, str, str], ...], str]:
+    """The conditions a whole variant starts with (``?gpu_total_bytes.max: Leave headroom…``), and the rest: a variant
+    whose conditions do not hold is skipped like one with a missing number (so a remedy whose clauses could all drop
+    out is dropped instead of saying nothing)."""
+    m = _CONDS.match(template)
+    if not m:
+        return (), template
+    rest = template[m.end():]
+    return (tuple((c.group(1) == "?", c.group(2), c.group(3)) for c in _COND.finditer(m.group(1))),
+            rest[1:] if rest.startswith(" ") else rest)  # "?a.max: Text": the space after the colon is not text
 
 
 @lru_cache(maxsize=4096)
@@ -152,7 +164,8 @@ def walk(pieces: tuple):
 
 def branch_ids(template: str) -> list[str]:
     """The id of every clause branch of ``template`` (``"0.1"``: clause 0, branch 1), in the order written."""
-    return [f"{c.path}/{i}" for c in walk(parse(template)) if isinstance(c, Clause) for i in range(len(c.branches))]
+    return [f"{c.path}/{i}" for c in walk(parse(leading_conditions(template)[1])) if isinstance(c, Clause)
+            for i in range(len(c.branches))]
 
 
 def texts_of(pieces: tuple) -> str:
