@@ -24,6 +24,7 @@ class CaseResult:
     got: str
     message: str
     remedy: tuple[str, ...] = ()
+    rendered: str = ""  # the finding's message as rendered (``message`` may get a failure note appended)
 
     @property
     def missing_remedy(self) -> list[str]:
@@ -33,7 +34,7 @@ class CaseResult:
     @property
     def missing_message(self) -> list[str]:
         """The case's ``message_has`` texts the message does not contain."""
-        return [t for t in self.case.message_has if t not in self.message]
+        return [t for t in self.case.message_has if t not in self.rendered]
 
     @property
     def ok(self) -> bool:
@@ -53,7 +54,7 @@ def run_case(case: Case, rules: list[Rule]) -> CaseResult:
     derive(bundle)
     derive_windows(bundle)
     f = evaluate_rule(rule, bundle)
-    res = CaseResult(case, f.status, f.message if f.status != "unknown" else f.reason, tuple(f.remedy))
+    res = CaseResult(case, f.status, f.message if f.status != "unknown" else f.reason, tuple(f.remedy), f.message)
     if res.got == case.expect and res.missing_remedy:
         res.message += (f" — but no remedy contains {res.missing_remedy[0]!r} "
                         f"(remedies: {' | '.join(res.remedy) or 'none'})")

@@ -8,8 +8,9 @@ A template is text with fields (``{signal.agg:spec}``, ``{param}``, ``{signal.te
 * ``[[ … || … ]]`` — a clause with branches: the first branch whose fields all have data is shown; when none has,
   nothing (a last branch without fields is an "else" and always shows).
 * A branch, or a whole variant, may start with conditions on numbers it does not print, ending with ``:``: ``?signal.agg`` (shown only
-  when that number has data), ``!signal.agg`` (only when it has none), several separated by spaces:
-  ``[[!num_preemptions.increase: and {num_requests_swapped.max:.0f} swapped]]``.
+  when that number has data), ``!signal.agg`` (only when it has none), several separated by spaces; one space after the
+  ``:`` is not part of the text: ``[[!num_preemptions.increase:  and {num_requests_swapped.max:.0f} swapped]]`` (two
+  spaces: the text starts with one), ``[[?kv_block_reuse_gap_p50.last: a median||only a median]]``.
 
 This module parses (cached) and lists clauses; :func:`kvdiag.engine.evaluate.render` fills them.
 """
@@ -103,7 +104,7 @@ def parse(template: str) -> tuple:
                     if m:
                         conds = tuple((c.group(1) == "?", c.group(2), c.group(3))
                                       for c in _COND.finditer(m.group(1)))
-                        pos = m.end()
+                        pos = m.end() + (1 if template.startswith(" ", m.end()) else 0)  # ": text": not the space
                     body, end = pieces(depth + 1, f"{path}.{len(branches)}.", ("||", "]]"))
                     branches.append(Branch(conds, body))
                     if end == "]]":
