@@ -205,20 +205,22 @@ def _guard(v, bundle: Bundle):
     from dataclasses import replace
 
     from .collect.metrics import KEY_SIGNALS
+    from .engine.summary import Summary
 
     dropped = bundle.dropped_values
     if v.primary == "healthy" and bundle.skipped_derived and not any(s in dropped for s in KEY_SIGNALS):
-        return replace(v, confidence="low", summary=v.summary + " Some derived values were impossible (e.g. prefix "
-                                                                "hits above queries) and not used (see the notes).")
+        return replace(v, confidence="low", summary=v.parts.plus("Some derived values were impossible (e.g. prefix "
+                                                                 "hits above queries) and not used (see the notes)."))
     if v.primary != "healthy" or not any(s in dropped for s in KEY_SIGNALS):
         return v
     lost = [s for s in KEY_SIGNALS if s in dropped and not bundle.has(s)]
     if lost:
         return replace(v, primary="inconclusive", confidence="low",
-                       summary=f"Not judged healthy: every value of {', '.join(lost)} was out of its domain (NaN, "
-                               "Inf, negative or a ratio above 1) and was skipped; see the input notes.")
+                       summary=Summary("Not judged healthy", (f"every value of {', '.join(lost)} was out of its domain "
+                                                              "(NaN, Inf, negative or a ratio above 1) and was skipped; "
+                                                              "see the input notes",)))
     return replace(v, confidence="low",
-                   summary=v.summary + " Some input values were out of their domain and skipped (see the input notes).")
+                   summary=v.parts.plus("Some input values were out of their domain and skipped (see the input notes)."))
 
 
 def judge_one(rules, name: str, b: Bundle) -> InstanceReport:

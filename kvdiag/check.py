@@ -360,17 +360,18 @@ def _forecast_rules() -> list:
         return []
 
 
-def _split(text: str, room: int, clauses: bool = True) -> tuple[str, str]:
-    """``text`` as ``(shown, rest)`` with ``shown`` at most ``room`` characters and nothing said twice: whole
-    sentences when they fit, else the first sentence up to a ``:`` or ``;`` (or else a ``,``; the rest goes on),
-    else cut at a word (or after a ``/``) with "…" (the rest starts with "…"). ``clauses=False`` (an error
-    message, which starts with the file or option it is about) skips the sentence and clause steps."""
+def _split(sentences: list[str], room: int, clauses: bool = True) -> tuple[str, str]:
+    """``sentences`` (a summary's :meth:`~kvdiag.engine.summary.Summary.sentences`, or one error message) as
+    ``(shown, rest)`` with ``shown`` at most ``room`` characters and nothing said twice: whole sentences when they fit,
+    else the first sentence up to a ``:`` or ``;`` (or else a ``,``; the rest goes on), else cut at a word (or after a
+    ``/``) with "…" (the rest starts with "…"). ``clauses=False`` (an error message, which starts with the file or
+    option it is about) skips the sentence and clause steps."""
     import re
 
-    text = text.strip()
+    text = " ".join(sentences).strip()
     if len(text) <= room:
         return text, ""
-    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z(])", text) if clauses else [text]
+    sentences = sentences if clauses else [text]
     shown = ""
     for i, sentence in enumerate(sentences if clauses else []):
         candidate = f"{shown} {sentence}".strip()
@@ -404,16 +405,16 @@ def status_output(code: int, report: Report | None, perf: str, notes: list[str],
     notes = list(dict.fromkeys(n for n in notes if n))
     shorts = list(dict.fromkeys(short_note(n) for n in notes))
     if report is None:
-        head, text = "KVDIAG UNKNOWN - ", " ".join(error.split())
+        head, sentences = "KVDIAG UNKNOWN - ", [" ".join(error.split())]
     else:
         v = report.verdict
-        head, text = f"KVDIAG {STATUS[code]} - {v.primary}: ", " ".join(v.summary.split())
+        head, sentences = f"KVDIAG {STATUS[code]} - {v.primary}: ", v.parts.sentences()
     tail = "; " + "; ".join(shorts) if shorts else ""
     if len(head) + len(tail) + 60 > MAX_STATUS_CHARS:  # many notes: name the first, count the rest
         tail = f"; {shorts[0]}; {len(shorts) - 1} more note(s) below" if len(shorts) > 1 else tail
         if len(head) + len(tail) + 60 > MAX_STATUS_CHARS:
             tail = f"; {len(shorts)} note(s) below"
-    shown, rest = _split(text, MAX_STATUS_CHARS - len(head) - len(tail), clauses=report is not None)
+    shown, rest = _split(sentences, MAX_STATUS_CHARS - len(head) - len(tail), clauses=report is not None)
     if tail:
         shown = shown.rstrip(".")
     first = (head + shown + tail).replace("|", "/")[:MAX_STATUS_CHARS]

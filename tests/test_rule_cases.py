@@ -22,6 +22,7 @@ def test_rule_case(case):
     res = run_case(case, RULES)
     assert res.got == case.expect, res.message
     assert not res.missing_remedy, (res.missing_remedy, res.remedy)
+    assert not res.missing_message, (res.missing_message, res.message)
 
 
 def test_catalog_covers_every_class_with_both_case_kinds():

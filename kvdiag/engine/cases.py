@@ -9,9 +9,10 @@ A case file (``rules/<class>/cases/<ID>.yaml``)::
       fires_when_full_and_preempting:
         series: {kv_cache_usage: '0.80+0.05x3 0.98x12', num_preemptions: '0x4 1+2x11'}
         facts: {block_size: 16, num_gpu_blocks: 2048}          # one observation each, at the start
-        events: {cuda_oom: [{value: 1.0e9, text: load}]}       # log events, at the start
+        events: {cuda_oom: [{value: 1.0e9, text: load}]}       # log events, at the start (value: null: no number)
         expect: fires                                          # fires | quiet | unknown
         remedy_has: ["Add replicas: 4 in all"]                 # optional: texts the remedies must contain
+        message_has: ["with up to 3 request(s) waiting"]       # optional: texts the message (or quiet text) must contain
 
 ``series`` use promtool's expanding notation (Prometheus docs, "Unit testing for rules"): ``a+bxn`` is
 ``a, a+b, …, a+n·b`` (n+1 samples), ``axn`` repeats ``a`` n+1 times, ``_`` is a missing sample.
@@ -116,7 +117,9 @@ def _events(raw) -> dict[str, list[dict]]:
             text = ev.get("text", "")
             if not isinstance(text, (str, int, float)) or isinstance(text, bool):
                 raise ValueError(f"events.{sig}[{i}].text must be a string")
-            evs.append({"value": _number(ev.get("value", 1), f"events.{sig}[{i}].value"), "text": str(text)})
+            value = None if "value" in ev and ev["value"] is None else _number(ev.get("value", 1),
+                                                                                f"events.{sig}[{i}].value")
+            evs.append({"value": value, "text": str(text)})  # value: null, a line that states no number
         out[sig] = evs
     return out
 
@@ -135,6 +138,8 @@ class Case:
     path: str = ""
     remedy_has: tuple[str, ...] = ()
     """Texts each of which one remedy of the firing finding must contain (``remedy_has:`` in the file)."""
+    message_has: tuple[str, ...] = ()
+    """Texts the finding's message (its quiet text when quiet) must contain (``message_has:``)."""
 
     def bundle(self) -> Bundle:
         """The case as a bundle: series sampled every ``interval`` from a fixed start; facts/events at the start."""
@@ -186,7 +191,7 @@ def load_cases(path: str | Path) -> list[Case]:
     for name, c in raw["cases"].items():
         if not isinstance(c, dict):
             raise RuleFileError(f"{path}: case {name} must be a mapping")
-        unknown = set(c) - {"series", "facts", "events", "expect", "doc", "remedy_has"}
+        unknown = set(c) - {"series", "facts", "events", "expect", "doc", "remedy_has", "message_has"}
         if unknown:
             raise RuleFileError(f"{path}: case {name}: unknown key(s) {sorted(unknown)}")
         expect = c.get("expect")
@@ -217,7 +222,11 @@ def load_cases(path: str | Path) -> list[Case]:
             raise RuleFileError(f"{path}: case {name}: remedy_has must be a list of non-empty strings")
         if remedy_has and expect != "fires":
             raise RuleFileError(f"{path}: case {name}: remedy_has needs expect: fires (only a firing rule has remedies)")
-        out.append(Case(raw["rule"], str(name), interval, series, facts, events, expect, path, tuple(remedy_has)))
+        message_has = c.get("message_has") or []
+        if not isinstance(message_has, list) or not all(isinstance(t, str) and t for t in message_has):
+            raise RuleFileError(f"{path}: case {name}: message_has must be a list of non-empty strings")
+        out.append(Case(raw["rule"], str(name), interval, series, facts, events, expect, path, tuple(remedy_has),
+                        tuple(message_has)))
     return out
 
 

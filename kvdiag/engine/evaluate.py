@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import math
 import operator
-import re
 
 import numpy as np
 import pandas as pd
@@ -19,6 +18,8 @@ from ..bundle import Bundle
 from ..derive.core import increase
 from ..signals import SIGNALS
 from .model import Condition, Node, Rule, spec_ok
+from .summary import Summary
+from .template import Clause, TemplateSyntaxError, leading_conditions, parse
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
         "!=": operator.ne}
@@ -78,10 +79,17 @@ class Verdict:
     primary: str
     severity: str
     confidence: str
-    summary: str
+    summary: str  # given as a Summary (or a plain sentence), kept as its text; ``parts`` holds the Summary
     secondary: list[str] = field(default_factory=list)
     ruled_out: list[dict] = field(default_factory=list)
     forecast: bool = False  # the primary finding is a forecast (CAP002: the pool is filling, not yet full)
+    parts: Summary | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.summary, Summary):
+            self.parts, self.summary = self.summary, self.summary.text()
+        elif self.parts is None or self.parts.text() != self.summary:
+            self.parts = Summary(str(self.summary))
 
     def to_dict(self) -> dict:
         out = {"primary": self.primary, "severity": self.severity, "confidence": self.confidence,
@@ -250,78 +258,138 @@ def _leaf_signals(node: Node) -> list[str]:
     return out
 
 
-_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z0-9]+))?(?::([^{}]*))?\}")
+TRACE: set | None = None
+"""When a set, :func:`render_first` adds ``(where, variant)`` and every shown clause branch ``(where, variant,
+branch id)`` to it (``tools/rule_templates.py`` and ``tests/test_rule_templates.py`` count what the cases render)."""
 
 
-def render(template: str, bundle: Bundle, params: dict, strict: bool = False) -> str | None:
-    """Fill ``{signal.agg:fmt}`` and ``{param}`` fields of a message or remedy template.
+def _field(f, bundle: Bundle, params: dict) -> tuple[str, bool]:
+    """One field as text, and whether its number was missing (then the text is ``n/a``)."""
+    name, agg, spec = f.name, f.agg, f.spec
+    if agg is None:
+        if name in params:
+            val = params[name]
+        else:
+            return f.raw, False
+    else:
+        if name not in SIGNALS:
+            return f.raw, False
+        rows = _rows(bundle, name)
+        if agg == "text":
+            texts = [t for t in rows["text"] if t]
+            if not texts:
+                return "n/a", True
+            return str(texts[-1]), False
+        val, _ = _aggregate_signal(bundle, name, agg) if (len(rows) or agg in ("count", "present")) \
+            else (math.nan, "")
+        if isinstance(val, float) and math.isnan(val):
+            return "n/a", True
+    if spec == "gib":
+        return f"{float(val) / 2**30:.2f} GiB", False
+    if spec in ("min", "pctmin") and isinstance(val, (int, float)) and math.isinf(val):
+        return ("inf" if val > 0 else "-inf"), False
+    if spec == "min":
+        m = float(val) / 60
+        return (f"{m:.1f}" if abs(m) < 10 else f"{m:,.0f}"), False
+    if spec == "pctmin":
+        return f"{float(val) * 60:+.1%}", False
+    if not spec_ok(spec):  # the loader rejects these; never let a template ask for a huge width
+        return str(val), False
+    if isinstance(val, (int, float)) and math.isinf(val):
+        return ("inf" if val > 0 else "-inf"), False
+    if isinstance(val, (int, float)) and abs(val) >= 1e15 and spec.rstrip("%").endswith(("f", "d", "n", "")):
+        return format(float(val), ".3g"), False  # an absurd count stays one short token, not 300 digits
+    try:
+        return format(val, spec), False
+    except (ValueError, TypeError):
+        return str(val), False
+
+
+def _has(bundle: Bundle, name: str, agg: str) -> bool:
+    """Whether ``{name.agg}`` would print a number (a clause condition ``?name.agg`` / ``!name.agg``)."""
+    if name not in SIGNALS:
+        return False
+    rows = _rows(bundle, name)
+    if agg == "text":
+        return any(t for t in rows["text"])
+    if not len(rows) and agg not in ("count", "present"):
+        return False
+    val, _ = _aggregate_signal(bundle, name, agg)
+    return not (isinstance(val, float) and math.isnan(val))
+
+
+def _fill(pieces: tuple, bundle: Bundle, params: dict, shown: list) -> tuple[str, bool]:
+    """Pieces as text, and whether a field directly among them lacked data; clauses pick their branch."""
+    out: list[str] = []
+    missing = False
+    for p in pieces:
+        if isinstance(p, str):
+            out.append(p)
+        elif isinstance(p, Clause):
+            for i, b in enumerate(p.branches):
+                if not all(_has(bundle, s, a) == want for want, s, a in b.conds):
+                    continue
+                inner: list = []
+                text, gap = _fill(b.pieces, bundle, params, inner)
+                if not gap:
+                    out.append(text)
+                    shown += [f"{p.path}/{i}"] + inner
+                    break
+        else:
+            text, gap = _field(p, bundle, params)
+            out.append(text)
+            missing = missing or gap
+    return "".join(out), missing
+
+
+def render(template: str, bundle: Bundle, params: dict, strict: bool = False, shown: list | None = None) -> str | None:
+    """Fill ``{signal.agg:fmt}`` and ``{param}`` fields and ``[[ … ]]`` clauses of a message or remedy template.
 
     Units follow the format spec: ``%`` for ratios, ``,.0f`` for tokens, ``gib`` (a kvdiag spec)
     prints bytes as GiB with two decimals, ``min`` seconds as minutes (one decimal below 10), ``pctmin`` a ratio per
-    second as a signed percentage per minute (``+3.1%``). A field without data prints ``n/a``; with
+    second as a signed percentage per minute (``+3.1%``). A template may start with conditions (``?signal.agg: ``):
+    when one does not hold it counts as a missing number. A clause whose numbers are missing drops out
+    (``kvdiag/engine/template.py``). A field outside every clause without data prints ``n/a``; with
     ``strict=True`` the whole template is dropped instead (returns ``None``), so a remedy never
     shows a number kvdiag does not have. A format spec that ``model.spec_ok`` refuses (unknown letters,
     width or precision above 64) prints the plain value, so rendering never builds a huge string.
+    ``shown``, when a list, receives the ids of the clause branches shown.
     """
-    missing = False
-
-    def one(m: re.Match) -> str:
-        nonlocal missing
-        name, agg, spec = m.group(1), m.group(2), m.group(3) or ""
-        if agg is None:
-            if name in params:
-                val = params[name]
-            else:
-                return m.group(0)
-        else:
-            if name not in SIGNALS:
-                return m.group(0)
-            rows = _rows(bundle, name)
-            if agg == "text":
-                texts = [t for t in rows["text"] if t]
-                if not texts:
-                    missing = True
-                    return "n/a"
-                return str(texts[-1])
-            val, _ = _aggregate_signal(bundle, name, agg) if (len(rows) or agg in ("count", "present")) \
-                else (math.nan, "")
-            if isinstance(val, float) and math.isnan(val):
-                missing = True
-                return "n/a"
-        if spec == "gib":
-            return f"{float(val) / 2**30:.2f} GiB"
-        if spec in ("min", "pctmin") and isinstance(val, (int, float)) and math.isinf(val):
-            return "inf" if val > 0 else "-inf"
-        if spec == "min":
-            m = float(val) / 60
-            return f"{m:.1f}" if abs(m) < 10 else f"{m:,.0f}"
-        if spec == "pctmin":
-            return f"{float(val) * 60:+.1%}"
-        if not spec_ok(spec):  # the loader rejects these; never let a template ask for a huge width
-            return str(val)
-        if isinstance(val, (int, float)) and math.isinf(val):
-            return "inf" if val > 0 else "-inf"
-        if isinstance(val, (int, float)) and abs(val) >= 1e15 and spec.rstrip("%").endswith(("f", "d", "n", "")):
-            return format(float(val), ".3g")  # an absurd count stays one short token, not 300 digits
-        try:
-            return format(val, spec)
-        except (ValueError, TypeError):
-            return str(val)
-
-    out = _FIELD.sub(one, template)
+    conds, body = leading_conditions(template)
+    try:
+        pieces = parse(body)
+    except TemplateSyntaxError:  # the loader refuses these; render such a text as it stands
+        pieces = (body,)
+    inner: list = []
+    out, missing = _fill(pieces, bundle, params, inner)
+    missing = missing or not all(_has(bundle, s, a) == want for want, s, a in conds)
     if strict and missing:
         return None
+    if shown is not None:
+        shown += inner
     return out
 
 
-def render_first(alternatives: list[str], bundle: Bundle, params: dict, drop: bool = False) -> str | None:
-    """Render the first alternative whose fields all have data; else the last one with ``n/a``
-    (or ``None`` with ``drop=True``, used for remedies)."""
-    for template in alternatives:
-        out = render(template, bundle, params, strict=True)
+def render_first(alternatives: list[str], bundle: Bundle, params: dict, drop: bool = False,
+                 where: tuple = ()) -> str | None:
+    """Render the first variant whose fields outside clauses all have data; else the last one with ``n/a``
+    (or ``None`` with ``drop=True``, used for remedies). ``where`` (rule id, key) names it in :data:`TRACE`."""
+    chosen = None
+    shown: list = []
+    for i, template in enumerate(alternatives):
+        out = render(template, bundle, params, strict=True, shown=shown)
         if out is not None:
-            return out
-    return None if drop else render(alternatives[-1], bundle, params)
+            chosen = i
+            break
+    if chosen is None and not drop:
+        chosen = len(alternatives) - 1
+        out = render(alternatives[-1], bundle, params, shown=shown)
+    if chosen is None:
+        return None
+    if TRACE is not None and where:
+        TRACE.add((*where, chosen, ""))
+        TRACE.update((*where, chosen, b) for b in shown)
+    return out
 
 
 def evaluate_rule(rule: Rule, bundle: Bundle) -> Finding:
@@ -348,7 +416,8 @@ def evaluate_rule(rule: Rule, bundle: Bundle) -> Finding:
     if status == "unknown":
         lacking = sorted({k[0] for k, (v, _) in used.items() if isinstance(v, float) and math.isnan(v)})
         finding.reason = "not enough data for: " + (", ".join(lacking) if lacking else "the rule's conditions")
-    finding.message = render_first(rule.quiet if status == "quiet" else rule.message, bundle, rule.params)
+    finding.message = render_first(rule.quiet if status == "quiet" else rule.message, bundle, rule.params,
+                                   where=(rule.id, "quiet" if status == "quiet" else "message"))
     # evidence: declared items first, then every signal the conditions looked at
     items: list[tuple[str, str]] = []
     for item in rule.evidence:
@@ -375,7 +444,8 @@ def evaluate_rule(rule: Rule, bundle: Bundle) -> Finding:
                 src = src + f" ({', '.join(texts)})"
         finding.evidence.append(Evidence(sig, value, unit, src, agg))
     if status == "fires":
-        finding.remedy = [r for r in (render_first(alts, bundle, rule.params, drop=True) for alts in rule.remedy) if r]
+        finding.remedy = [r for r in (render_first(alts, bundle, rule.params, drop=True, where=(rule.id, f"remedy[{i}]"))
+                                      for i, alts in enumerate(rule.remedy)) if r]
     return finding
 
 
@@ -453,15 +523,13 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
     if fired:
         top = max(fired, key=lambda f: (SEVERITY_RANK[f.severity], f.priority))
         others = list(dict.fromkeys(f.cls for f in fired if f is not top and f.cls != top.cls))
-        summary = top.message
-        if others:
-            summary += f" (also firing: {', '.join(others)})"
+        summary = Summary(top.message, also_firing=tuple(others))
         return Verdict(top.cls, top.severity, top.confidence, summary, others, ruled_out(top.cls), forecast=top.forecast)
     if unexplained:
         more = f" and {len(unexplained) - 1} more" if len(unexplained) > 1 else ""
         return Verdict("inconclusive", "ok", "low",
-                       f"The input shows a failure no rule explains: {unexplained[0]}{more}. "
-                       "Not judged healthy.", [], ruled_out("inconclusive"))
+                       Summary("The input shows a failure no rule explains", (f"{unexplained[0]}{more}",),
+                               after=("Not judged healthy.",)), [], ruled_out("inconclusive"))
     if judged and not notes and not any(f.status == "quiet" and f.on_evidence for f in judged):
         # every quiet rule was quiet only because its inputs were absent: nothing was judged (Nagios UNKNOWN)
         return Verdict("inconclusive", "ok", "low",
@@ -477,12 +545,9 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
         unknown = len(findings) - len(judged)
         conf = "high" if unknown == 0 else ("medium" if len(judged) >= unknown else "low")
         bare = sum(1 for f in judged if f.status == "quiet" and not f.on_evidence)  # shown as not judged
-        summary = f"No KV-cache or GPU-memory problem found: {len(judged) - len(notes) - bare} rule(s) judged quiet"
-        if unknown or bare:
-            summary += f", {unknown + bare} could not be judged (missing signals)"
-        summary += "."
-        for n in notes:
-            summary += f" Note: {n.message}"
+        counts = f"{len(judged) - len(notes) - bare} rule(s) judged quiet" + (
+            f", {unknown + bare} could not be judged (missing signals)" if unknown or bare else "")
+        summary = Summary("No KV-cache or GPU-memory problem found", (counts,), notes=tuple(n.message for n in notes))
         return Verdict("healthy", "ok", conf, summary, [], ruled_out("healthy"))
     return Verdict("inconclusive", "ok", "low",
                    "Nothing could be judged: the inputs hold none of the signals the rules need.")
@@ -589,7 +654,5 @@ def require_keeping_up(v: Verdict, bundle: Bundle, window_note: str = "") -> Ver
     why = not_keeping_up(bundle)
     if not why:
         return v
-    summary = "Not judged healthy: " + "; ".join(why) + "."
-    if window_note:
-        summary += " The " + window_note + "."
+    summary = Summary("Not judged healthy", tuple(why), after=(f"The {window_note}.",) if window_note else ())
     return Verdict("inconclusive", "ok", "low", summary, [], v.ruled_out)

@@ -105,12 +105,30 @@ def spec_ok(spec: str) -> bool:
 
 
 def check_template(template: str, path: str, key: str, params: dict) -> None:
-    """Check every ``{...}`` field of a message/quiet/remedy template.
+    """Check every ``{...}`` field and ``[[ … ]]`` clause of a message/quiet/remedy template.
 
     Raises:
         RuleFileError: a field names an unknown signal, agg or param, has a format spec that is not small and
-            valid (``spec_ok``), or a brace is not part of a ``{signal.agg:spec}`` / ``{param}`` field.
+            valid (``spec_ok``), a brace is not part of a ``{signal.agg:spec}`` / ``{param}`` field, a clause is
+            unbalanced or names no number, or a clause condition (``?signal.agg`` / ``!signal.agg``) names an
+            unknown signal or agg (``kvdiag/engine/template.py``).
     """
+    from .template import Branch, Clause, TemplateSyntaxError, leading_conditions, parse, walk
+
+    conds, body = leading_conditions(template)
+    try:
+        pieces = parse(body)
+    except TemplateSyntaxError as exc:
+        raise _err(path, f"{key}: {exc}") from None
+    for item in [Clause("", (Branch(conds, ()),))] + list(walk(pieces)):
+        if isinstance(item, Clause):
+            for branch in item.branches:
+                for _want, name, agg in branch.conds:
+                    if name not in SIGNALS:
+                        raise _err(path, f"{key}: clause condition {name}.{agg}: unknown signal {name!r}")
+                    if agg not in AGGS + ("text",):
+                        raise _err(path, f"{key}: clause condition {name}.{agg}: unknown agg {agg!r}; expected one of "
+                                         f"{', '.join(AGGS + ('text',))}")
     for m in FIELD.finditer(template):
         name, agg, spec = m.group(1), m.group(2), m.group(3) or ""
         if agg is None:
@@ -196,7 +214,8 @@ def _parse_node(raw, path: str, params: dict, depth: int = 0) -> Node:
 
 
 def _alternatives(raw, path: str, key: str) -> list[str]:
-    """A template or a list of alternative templates (the first whose numbers are all known is used)."""
+    """A template or a list of variants (the first whose numbers outside ``[[ … ]]`` clauses are all known is used;
+    ``tests/test_rule_templates.py`` holds the shipped rules to at most two)."""
     if isinstance(raw, str):
         return [raw]
     if isinstance(raw, list) and raw and all(isinstance(x, str) for x in raw):

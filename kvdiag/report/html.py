@@ -441,7 +441,7 @@ def _charts_html(charts: Charts | None, window: dict) -> list[str]:
 
 def _one(report: Report, tag: str = "h1", where: str = "", charts: bool = True) -> list[str]:
     v = report.verdict
-    out = [f"<section class=\"server\">{_headline(v, tag, where)}", f"<p class=\"summary\">{_e(v.summary)}</p>"]
+    out = [f"<section class=\"server\">{_headline(v, tag, where)}", f"<p class=\"summary\">{v.parts.html(_e)}</p>"]
     if report.notes:
         out.append("<ul class=\"notes\">" + "".join(f"<li>note: {_e(n)}</li>" for n in report.notes) + "</ul>")
     flags, fixes = changes(report)

@@ -46,7 +46,7 @@ def render_markdown(report: Report) -> str:
     primary = next((f for f in fired if f.cls == v.primary), None)
     out = [f"# kvdiag: {headline_label(v)} — `{v.primary}` (confidence {v.confidence}"
            f"{', a forecast: not yet happened' if v.forecast else ''})", "",
-           f"**What happened.** {_text(v.summary)}", ""]
+           f"**What happened.** {v.parts.markdown(_text)}", ""]
     out += [f"- note: {_text(n)}" for n in report.notes] + ([""] if report.notes else [])
     flags, fixes = changes(report)
     if fixes:

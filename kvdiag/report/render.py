@@ -239,7 +239,7 @@ def _one(out: _Text, report: Report) -> None:
     label = headline_label(v)
     kind = ", a forecast: not yet happened" if v.forecast else ""
     out.labelled(label, label.lower(), f": {v.primary} (confidence {v.confidence}{kind})")
-    out.para(v.summary, "  ")
+    out.para(v.parts.text(), "  ")
     for n in report.notes:
         out.para(f"note: {n}", "  ")
     for line in trend_lines(report.charts, out.width):
