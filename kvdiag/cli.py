@@ -131,6 +131,10 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         return ExitStatus.UNKNOWN
     except Exception as exc:  # noqa: BLE001 - the promise is: one line, never a traceback without --debug
+        if _stdout_failed(exc):  # a full disk or a closed terminal behind '> file': one line, not a traceback
+            trace()
+            click.echo(f"kvdiag: error: cannot write the report to standard output: {exc.strerror or exc}", err=True)
+            return ExitStatus.UNKNOWN
         from .redaction import redact
 
         trace()
@@ -140,6 +144,29 @@ def _main(argv: list[str] | None) -> int:
                    f"{'' if debug else ' (run with --debug for the traceback)'}", err=True)
         nagios(f"internal error: {exc.__class__.__name__}")
         return ExitStatus.UNKNOWN
+
+
+def _stdout_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is standard output refusing the report (ENOSPC of ``> /dev/full``, EIO of a terminal that
+    went away, a quota): an OSError naming no file, raised by the write of an ``echo``. Standard output is then
+    pointed at the null device, so neither an error line for ``check`` nor the interpreter's exit flush writes to
+    it again."""
+    import errno
+    import os
+
+    if not isinstance(exc, OSError) or exc.filename is not None or exc.errno not in (
+            errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF):
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_code.co_name not in ("echo", "write", "flush", "print"):
+        return False
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
+    except OSError:
+        pass
+    return True
 
 
 def entry() -> None:
