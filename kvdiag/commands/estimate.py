@@ -239,6 +239,16 @@ def estimate(
     smallest: dict[str, Any] = {}
     if refusal:
         smallest = _smallest_that_starts(run, tensor_parallel_size, gpu_memory, kv_cache_memory, max_model_len)
+    heads = shape.num_attention_heads
+    if heads and heads % tensor_parallel_size:  # vLLM's ModelConfig.verify_with_parallel_config, before any memory
+        refusal = (f"{heads} attention heads do not divide by tensor_parallel_size {tensor_parallel_size} (vLLM: "
+                   f"'Total number of attention heads ({heads}) must be divisible by tensor parallel size "
+                   f"({tensor_parallel_size}).')")
+        smallest = {}
+        for d in range(tensor_parallel_size + 1, 65):  # the next size that divides the heads and fits
+            if heads % d == 0 and not _refusal(*run(d, gpu_memory, kv_cache_memory, [])[2:], max_model_len):
+                smallest = {"tensor_parallel_size": d}
+                break
 
     if tensor_parallel_size > shape.num_kv_heads and shape.attention_kind == "mha_gqa":
         notes.append(
