@@ -1183,6 +1183,8 @@ def _phase_for(c: LogCollector, line: Line) -> str:
         phase = "encoder"  # the profile run of a multimodal model runs the encoder on dummy images first
     if not phase and "sampler" in msg.lower():
         phase = "sampler"
+    if not phase and c._segment_signals & {"kv_cache_usage", "num_requests_running", "prompt_throughput"}:
+        phase = "runtime"  # no frame, no marker, but this run's stats lines show it serving: an OOM while serving
     return phase
 
 
