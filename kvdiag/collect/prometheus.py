@@ -430,7 +430,7 @@ def _collect_batch(client: PromClient, sel: str, start: float, end: float, step:
         b.add("prefix_cache_hit_rate_late", lt, f"promql:Δhits/Δqueries[{third}]@{at_end}", t=end)
         if 0 <= e <= 1 and 0 <= lt <= 1:
             b.add("prefix_cache_hit_rate_drop", e - lt, "derived: early − late, promql hit rates", t=end)
-    # hit and query tokens per second in the first and last third (kvdiag/derive_dynamics.py; PFX004 / OK006): V1
+    # hit and query tokens per second in the first and last third (kvdiag/derive/dynamics.py; PFX004 / OK006): V1
     # counters as rate(); V0's cumulative hit rate × prompt_tokens_total (queries ∝ prompt tokens) as deriv() of the
     # product over a subquery
     third_s = _dur(window / 3)
