@@ -67,7 +67,7 @@ def startup():
     ("bomb", "larger than 64 MiB (decompressed)"),
     ("chunked", "larger than 64 MiB"),
     ("drip", "not complete within 3s"),
-    ("big", "1,024 MiB announced, larger than the 64 MiB"),
+    ("big", "1,024 MiB announced, larger than 64 MiB"),
 ])
 def test_hostile_prometheus_answers_are_refused_at_the_cap_and_the_deadline(startup, mode, needle):
     server = HostileServer(mode)

@@ -216,8 +216,8 @@ def _get(session, url, timeout, params, accept, max_bytes, what, state) -> tuple
             reader = resp.iter_content(4096)
         declared = resp.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > max_bytes and "Content-Encoding" not in resp.headers:
-            raise ScrapeError(f"{shown}: body of {int(declared) / 2**20:,.0f} MiB announced, larger than the "
-                              f"{max_bytes // 2**20} MiB kvdiag reads for {what}")
+            raise ScrapeError(f"{shown}: body of {int(declared) / 2**20:,.0f} MiB announced, larger than "
+                              f"{max_bytes // 2**20} MiB, what kvdiag reads for {what}")
         try:
             for chunk in reader:
                 # the cap and the deadline while streaming, before the chunk is kept: the bytes held never pass
