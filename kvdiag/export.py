@@ -175,7 +175,7 @@ def _load_records(w: Window) -> list[dict]:
     increases (range ``s``: four sub-steps, at least 60 s) summed over the window where usage was below
     :data:`~kvdiag.derive.prefix.LOW_LOAD` / at least :data:`~kvdiag.derive.prefix.HIGH_LOAD`; a side's hit rate
     only when it holds :data:`~kvdiag.derive.prefix.MIN_SHARE` of the window's queries."""
-    from .derive.prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
+    from .thresholds import HIGH_LOAD, LOW_LOAD, MIN_SHARE
 
     sub_step = max(_seconds(w.res), math.ceil(w.seconds / 500))
     rng = _dur(max(4 * sub_step, 60.0))

@@ -25,7 +25,7 @@ PKG = Path(__file__).resolve().parent.parent / "kvdiag"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # lowest first; a module may import its own layer and those below
     ("core", ("kvdiag", "kvdiag.errors", "kvdiag.redaction", "kvdiag.numbers", "kvdiag.durations", "kvdiag.fileio",
               "kvdiag.extras", "kvdiag.signals", "kvdiag.bundle", "kvdiag.catalog", "kvdiag.catalog.*",
-              "kvdiag.capacity", "kvdiag.capacity.*", "kvdiag.vllm_defaults", "kvdiag.vllm_metrics",
+              "kvdiag.capacity", "kvdiag.capacity.*", "kvdiag.vllm_defaults", "kvdiag.vllm_metrics", "kvdiag.thresholds",
               # the input layer's leaf guards (a bounded file, JSON document, table, PromQL answer), below every reader
               "kvdiag.inputs", "kvdiag.inputs.files", "kvdiag.inputs.jsondoc", "kvdiag.inputs.http",
               "kvdiag.inputs.logfile", "kvdiag.inputs.promapi", "kvdiag.inputs.table")),
@@ -47,11 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # lowest first; a module may impo
 """A name without ``*`` places one module and wins over a pattern (``kvdiag.inputs.rules`` is the input layer's
 face of the rules engine's YAML guard, :func:`kvdiag.engine.model.bounded_yaml`: it sits on the engine)."""
 
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("kvdiag.collect.prometheus", "kvdiag.derive*"):
-        "the PromQL reader builds its queries with derive's load thresholds (HIGH_LOAD, LOW_LOAD, MIN_SHARE); they "
-        "move to the one module of named constants (issue 26, 'named constants'); until then this arrow only",
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 """(importing module, imported module pattern) → why the arrow to a higher layer is there for now."""
 
 KNOWN_CIRCLES: dict[frozenset[str], str] = {}

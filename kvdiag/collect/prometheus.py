@@ -24,11 +24,10 @@ import time
 from ..bundle import Bundle, InputInfo, iso
 from ..durations import parse_duration
 from ..errors import InputError, ScrapeError
-from ..derive.prefix import HIGH_LOAD, LOW_LOAD, MIN_SHARE
 from ..redaction import redact
 from ..signals import SIGNALS, WINDOW_HISTOGRAMS
 from .. import vllm_metrics as vm
-from ..derive.windows import HIGH_USAGE
+from ..thresholds import HIGH_LOAD, HIGH_USAGE, LOW_LOAD, MIN_SHARE
 from .metrics import HttpOptions, cache_config_facts, http_get, make_session, out_of_domain, safe_url
 
 MAX_RESPONSE_BYTES = 64 * 2**20

@@ -27,18 +27,13 @@ import pandas as pd
 
 from ..bundle import Bundle
 from ..vllm_defaults import MAX_CHOSEN_BLOCK_SIZE
+from ..thresholds import HIGH_LOAD, LOW_LOAD, MIN_SHARE  # noqa: F401 - derive.prefix.HIGH_LOAD … as before
 from .core import increase
 
-LOW_LOAD = 0.50
-"""kv_cache_usage below this: the pool had room, cached prefixes were rarely evicted."""
-HIGH_LOAD = 0.80
-"""kv_cache_usage at or above this: allocations consume the free queue, cached prefixes are recycled."""
 MAX_MEAN_TOKENS = 1e8
 """Mean request length beyond which the length histograms are not believed when max_model_len is unknown."""
 MIN_FOOTPRINT_USAGE = 0.25
 """kv_cache_usage at or above this at the peak before running / usage is read as the requests a full pool holds."""
-MIN_SHARE = 0.10
-"""Each side of the load split needs at least this share of the window's prefix-cache queries."""
 MAX_PLAIN_REPLICAS = 10
 """Above this many pools' worth of peak demand, ``replicas_needed`` says the number is more likely a backlog (a
 batch submitted at once, clients retrying) than a load to provision for: a queue of a million requests is not a

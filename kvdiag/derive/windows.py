@@ -22,8 +22,7 @@ import pandas as pd
 from ..bundle import Bundle
 from .core import increase
 from ..signals import WINDOW_HISTOGRAMS
-
-HIGH_USAGE = 0.95
+from ..thresholds import HIGH_USAGE  # noqa: F401 - derive.windows.HIGH_USAGE as before
 
 
 def resets(values: pd.Series | list[float]) -> int:
