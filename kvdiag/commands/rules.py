@@ -100,8 +100,12 @@ def rules_export(fmt, out, tests_out, window, for_, runbook_base, rules_dirs) ->
         write_output(tests_out, body, "--tests")
     if not out:
         click.echo(text, nl=False)
-    for note in notes:
-        click.echo(f"kvdiag: {note}", err=True)
+    if notes:  # one line, not one per case: a successful export is not a wall of warnings
+        from collections import Counter
+
+        why = Counter(n.rsplit("(", 1)[-1].rstrip(")").split(":")[0] for n in notes)
+        click.echo(f"kvdiag: {len(notes)} rule case(s) left out of the promtool tests: "
+                   + "; ".join(f"{k} ×{v}" for k, v in why.most_common()), err=True)
 
 
 @rules.command("test", epilog=RULES_TEST_CODES)

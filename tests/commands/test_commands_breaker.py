@@ -26,3 +26,13 @@ def test_a_dividing_tp_still_starts():
                      "--tensor-parallel-size", "2", "--format", "json")
     assert res.code == 0, (res.code, res.err[-300:])
     assert json.loads(res.out)["starts"]
+
+
+def test_rules_export_with_tests_says_what_it_left_out_in_one_line(tmp_path):
+    """``rules export --tests`` (kvdiag.commands.rules): the cases left out of the promtool tests are one line on
+    stderr with a count per reason, not one line per case (new-user pass, session 6: 22 lines on a success)."""
+    res = run_kvdiag("rules", "export", "--out", str(tmp_path / "r.yml"), "--tests", str(tmp_path / "t.yml"))
+    assert res.code == 0, res.err
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvdiag: ") and "left out of the promtool tests" in lines[0], lines
+    assert "needs facts or log events ×" in lines[0]
