@@ -29,20 +29,33 @@ STATS = (b"(APIServer pid=1) INFO 12-31 23:40:01 [loggers.py:123] Engine 000: Av
          b"Prefix cache hit rate: 1.0%\n")
 
 
+# The peak RSS is read by a small launcher, not by pytest: Linux keeps a process's RSS high-water mark across exec
+# (exec_mmap folds the old mm's into signal->maxrss), so a child forked straight from a pytest that has grown past
+# 200 MB would report pytest's size; forked from a 10 MB launcher it reports its own.
+_LAUNCHER = """
+import json, os, subprocess, sys
+p = subprocess.Popen([sys.executable, "-m", "kvdiag", *sys.argv[1:]], stdout=subprocess.DEVNULL)
+_pid, status, usage = os.wait4(p.pid, 0)
+print(json.dumps([os.waitstatus_to_exitcode(status), usage.ru_maxrss]))
+"""
+
+
 def _run(*args: str) -> tuple[float, int, float, str]:
     """Run kvdiag; (wall seconds, exit code, peak RSS MB of that process, stderr)."""
+    import json
+
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "kvdiag", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    killer = threading.Timer(60, proc.kill)
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            start_new_session=True)
+    killer = threading.Timer(60, lambda: os.killpg(proc.pid, 9))
     killer.start()
     try:
-        err = proc.stderr.read().decode("utf-8", "replace")
-        _pid, status, usage = os.wait4(proc.pid, 0)
+        out, err_b = proc.communicate()
     finally:
         killer.cancel()
-        proc.stderr.close()
-    return time.perf_counter() - t0, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024, err
+    code, maxrss_kb = json.loads(out.decode().strip().splitlines()[-1])
+    return time.perf_counter() - t0, code, maxrss_kb / 1024, err_b.decode("utf-8", "replace")
 
 
 def _one_line(err: str, *needles: str) -> str:
