@@ -382,8 +382,21 @@ def test_malformed_prometheus_answers_are_one_line(kvdiag, server, answer, needl
     assert "SECRET" not in err
 
 
-def test_prometheus_nan_points_are_noted(server):
+def _fleet_of(handler):
+    """``collect_fleet`` against a loopback Prometheus API served by ``handler``: its ``[(instance, bundle)]``."""
     from kvdiag.collect.prometheus import collect_fleet
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        return collect_fleet(f"http://127.0.0.1:{srv.server_address[1]}", "", 0.0, 600.0, 60.0,
+                             HttpOptions(timeout=3))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_prometheus_nan_points_are_noted(server):
 
     class Prom(_Srv):
         def do_GET(self):  # noqa: N802
@@ -394,14 +407,7 @@ def test_prometheus_nan_points_are_noted(server):
                 res = {"resultType": "vector", "result": [{"metric": {"instance": "a"}, "value": [2, "1"]}]}
             self._send(200, json.dumps({"status": "success", "data": res}).encode(), "application/json")
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prom)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        ((inst, b),) = collect_fleet(f"http://127.0.0.1:{srv.server_address[1]}", "", 0.0, 600.0, 60.0,
-                                     HttpOptions(timeout=3))
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    ((inst, b),) = _fleet_of(Prom)
     assert inst == "a" and not b.has("kv_cache_usage")
     notes = " ".join(b.inputs[0].notes)
     assert "kv_cache_usage: NaN ×1" in notes and "kv_cache_usage: +Inf ×1" in notes, notes
@@ -411,7 +417,6 @@ def test_prometheus_infinite_resets_never_reach_a_note(server):
     """A ``resets()`` answer of 1e400 (+Inf as a float) is an out-of-domain value, dropped and counted, never
     "num_preemptions fell inf time(s)" (breaker pass, session 7)."""
     from kvdiag.analyze import restart_notes
-    from kvdiag.collect.prometheus import collect_fleet
 
     class Prom(_Srv):
         def do_GET(self):  # noqa: N802
@@ -422,14 +427,7 @@ def test_prometheus_infinite_resets_never_reach_a_note(server):
                 res = {"resultType": "vector", "result": [{"metric": {"instance": "a"}, "value": [2, value]}]}
             self._send(200, json.dumps({"status": "success", "data": res}).encode(), "application/json")
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prom)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        ((inst, b),) = collect_fleet(f"http://127.0.0.1:{srv.server_address[1]}", "", 0.0, 600.0, 60.0,
-                                     HttpOptions(timeout=3))
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    ((inst, b),) = _fleet_of(Prom)
     assert not b.has("counter_resets")
     assert not any("inf" in n for n in restart_notes(b)), restart_notes(b)
     assert "counter_resets: +Inf ×1" in " ".join(b.inputs[0].notes), b.inputs[0].notes
