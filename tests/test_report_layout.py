@@ -13,7 +13,9 @@ import re
 import select
 import struct
 import subprocess
+import shutil
 import sys
+import tempfile
 import termios
 from pathlib import Path
 
@@ -124,12 +126,16 @@ def test_wide_characters_in_label_values_stay_within_the_width(tmp_path, width):
     """A model name in CJK characters (two columns each) ran 10-25 columns past the width: lengths were counted in
     characters."""
     name = "通义千问模型测试" * 3
-    page = tmp_path / "cjk.prom"
+    # a short folder: the Inputs line names the page's path, which no width can wrap, and pytest's own temp paths
+    # grow with the worker's name under pytest-xdist (…/popen-gw1/…, 87 columns)
+    short = Path(tempfile.mkdtemp(prefix="kv"))
+    page = short / "cjk.prom"
     page.write_text((ROOT / METRICS_ONLY).read_text().replace("Qwen/Qwen2.5-7B-Instruct", name))
     res = _piped("analyze", "--metrics-file", str(page), "--width", str(width))
     assert res.returncode == 2, res.stderr
     lines = res.stdout.splitlines()
     assert any(f'model_name="{name}"' in line for line in lines)          # the label stays whole on its line
+    shutil.rmtree(short, ignore_errors=True)
     assert max(_columns(line) for line in lines) <= width, [ln for ln in lines if _columns(ln) > width]
 
 
