@@ -36,6 +36,14 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import corpus_split  # noqa: E402  (tools/corpus_split.py: the split, its seed and rule untouched)
+import fresh_split  # noqa: E402  (tools/fresh_split.py: the split of fixtures/incidents-fresh, issue 37)
+
+
+def side_of(case: Path) -> str:
+    """The case's side: fresh_split's for a case under an ``incidents-fresh`` folder, corpus_split's otherwise."""
+    if case.resolve().parent.name == "incidents-fresh":
+        return fresh_split.side(case)
+    return corpus_split.side(case)
 
 #: verdicts that say "no KV / GPU-memory failure here" (a right answer for ``primary: not_oom``)
 NOT_KV = {"healthy", "inconclusive", "queueing", "not_oom", "not_kv_problem", "throughput_limited",
@@ -81,7 +89,7 @@ def select(paths: list[Path], held_out: bool) -> tuple[list[Path], int, str]:
     left = 0
     for p in paths:
         if (p / "expected.yaml").is_file():
-            s = corpus_split.side(p)
+            s = side_of(p)
             if s != want:
                 if not held_out:
                     return [], 0, f"{p}: a held-out case; it is measured once, with --held-out, by the owner"
@@ -89,7 +97,7 @@ def select(paths: list[Path], held_out: bool) -> tuple[list[Path], int, str]:
             out.append(p)
         elif p.is_dir():
             for c in corpus_split.cases(p):
-                if corpus_split.side(c) == want:
+                if side_of(c) == want:
                     out.append(c)
                 else:
                     left += 1
