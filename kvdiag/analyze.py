@@ -182,10 +182,11 @@ def _pick_run(rules, bundle: Bundle, runs: list[dict], run: str, notes: list[str
 
 
 def restart_notes(bundle: Bundle) -> list[str]:
-    """One note per counter that fell in the window (a restart): increases were counted from zero after it; and one
-    per derived value refused as impossible (hits above queries, negative seconds, …)."""
+    """The capacity model's notes (what it could not estimate, a measured figure it took over the config's), one note
+    per counter that fell in the window (a restart): increases were counted from zero after it; and one per derived
+    value refused as impossible (hits above queries, negative seconds, …)."""
     rows = bundle.signal("counter_resets")
-    return [f"{r.text or 'a counter'} fell {r.value:.0f} time(s) in the window (server restarted?); its increase "
+    return list(dict.fromkeys(bundle.model_notes)) + [f"{r.text or 'a counter'} fell {r.value:.0f} time(s) in the window (server restarted?); its increase "
             f"counts from zero after each fall, never last − first ({r.source})" for r in rows.itertuples()] + \
         list(dict.fromkeys(bundle.skipped_derived))[:20]
 

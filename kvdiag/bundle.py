@@ -76,6 +76,7 @@ class Bundle:
         self._memo: dict = {}
         self.skipped_derived: list[str] = []  # derived values refused as impossible (a note each in the report)
         self.dropped_values: dict[str, int] = {}  # per signal: values the collectors dropped (not finite, out of range)
+        self.model_notes: list[str] = []  # what the capacity model could not estimate or overrode (a report note each)
 
     def add(self, signal: str, value: float | None, source: str, *, t: float | None = None,
             text: str = "", segment: int = 0) -> None:

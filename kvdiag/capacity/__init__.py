@@ -82,6 +82,7 @@ from .remedies import (  # noqa: F401
 from .weights import (  # noqa: F401
     MXFP4_BACKEND_PADDING, NON_TORCH_BYTES_ESTIMATE, _GROUP_SCALE_OVERHEAD, _QUANT_BYTES, non_kv_bytes_estimate,
     parameter_count, weights_breakdown, weights_bytes, weights_bytes_per_gpu, weights_bytes_per_worker,
+    weights_missing_reason,
 )
 from .modules import Module, checkpoint_modules, tied_embeddings  # noqa: F401
 from .quantization import Scheme, scheme_of  # noqa: F401

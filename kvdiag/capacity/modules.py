@@ -181,7 +181,7 @@ def _mlp_modules(cfg: Mapping[str, Any], i: int, h: int, moe_layer: bool, part: 
     if moe_i is None:
         moe_i = int_field(cfg, "intermediate_size", required=False) if cfg.get("model_type") in ("mixtral", "gpt_oss") else None
     if moe_i is None:
-        raise InputError("config: missing field moe_intermediate_size (MoE model)")
+        raise InputError("config: missing field moe_intermediate_size (needed for the weights of the MoE experts)")
     p = part or "experts"
     n_shared = int_field(cfg, "n_shared_experts", required=False, zero_ok=True) or 0
     shared_i = int_field(cfg, "shared_expert_intermediate_size", required=False, zero_ok=True) or n_shared * moe_i

@@ -212,6 +212,9 @@ def scheme_of(quantization: str | None, qc: Mapping[str, Any] | None, dtype_byte
     """
     qc = qc if isinstance(qc, Mapping) else {}
     method = (quantization or qc.get("quant_method") or "").lower() or None
+    if method is None and qc:
+        raise InputError("config: missing field quantization_config.quant_method (the checkpoint is quantised but "
+                         "names no scheme; give --quantization)")
     lin = ("Linear",)
     if method is None:
         return Scheme(None, f"unquantised ({dtype_bytes} B per weight)", dtype_bytes)
@@ -286,7 +289,10 @@ def scheme_of(quantization: str | None, qc: Mapping[str, Any] | None, dtype_byte
         return Scheme(method, f"compressed-tensors {first['num_bits']}-bit {first.get('type', 'int')} "
                       f"({fmt_name or 'format not named'})", dtype_bytes, tuple(formats),
                       tuple(qc.get("ignore") or ()), "ct", lm_head=lm)
-    raise InputError(f"quantization {method!r}: expected one of {', '.join(QUANT_METHODS)}")
+    if quantization:
+        raise InputError(f"quantization {method!r}: expected one of {', '.join(QUANT_METHODS)}")
+    raise InputError(f"config: quantization_config lists scheme {method!r} (quant_method) that kvdiag does not size "
+                     f"(it sizes {', '.join(QUANT_METHODS)}); give --quantization for the method vLLM serves it with")
 
 
 def bytes_per_weight(quantization: str | None, qc: Mapping[str, Any] | None, dtype_bytes: int) -> tuple[float, str]:

@@ -36,6 +36,14 @@ _GROUP_SCALE_OVERHEAD = (2 + 0.5) / 128
 weights, bytes per weight."""
 
 
+def weights_missing_reason(exc: Exception) -> str:
+    """What the config lacks for a weights estimate, from the error :func:`weights_bytes` raised: one line naming the
+    field (``missing field vocab_size (needed for the weights estimate)``) or the scheme (``quantization_config lists
+    scheme 'hqq' ...``), without the ``config: `` prefix. Never empty."""
+    text = str(exc).removeprefix("config: ").strip()
+    return text or f"{type(exc).__name__} with no message"
+
+
 def parameter_count(config: Mapping[str, Any], *, include_mtp: bool = False) -> dict[str, int]:
     """Parameter count of a checkpoint from its config, by part (unit: parameters).
 

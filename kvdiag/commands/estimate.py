@@ -184,11 +184,13 @@ def estimate(
             notes: list[str]):
         """KV memory and the capacity estimate for one deployment (the refusal search re-runs it)."""
         weights_total: int | None
+        weights_why = ""
         try:
             weights_total = cap.weights_bytes(config, quantization)
         except (InputError, ValueError) as exc:
             weights_total = None
-            notes.append(f"weights not estimated: {str(exc).removeprefix('config: ')}")
+            weights_why = cap.weights_missing_reason(exc)
+            notes.append(f"weights not estimated: {weights_why}")
         weights_worker = (
             cap.weights_bytes_per_gpu(weights_total, tensor_parallel_size, pipeline_parallel_size)
             if weights_total is not None else None
@@ -202,7 +204,9 @@ def estimate(
                 util = default_gpu_memory_utilization(version)
                 notes.append(f"gpu_memory_utilization not given: vLLM default {util} assumed")
             if weights_worker is None:
-                raise click.UsageError("cannot estimate KV memory from --gpu-memory without a weights estimate; give --kv-cache-memory")
+                raise InputError(f"{model_config}: no weights estimate: {weights_why}; without it the KV memory "
+                                 "cannot be estimated from --gpu-memory: give --kv-cache-memory GiB (the 'Available "
+                                 "KV cache memory' start-up line)")
             graphs = int(0.5 * cap.GIB) if version is None or version >= (0, 21, 0) else 0
             inter = _text(config).get("intermediate_size")
             non_kv = cap.non_kv_bytes_estimate(

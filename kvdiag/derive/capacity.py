@@ -23,7 +23,9 @@ def derive_capacity(bundle: Bundle) -> None:
     * ``kv_bytes_per_token`` — ``capacity.kv_bytes_per_token`` (seed formula ``2 × L × H_kv × D × s`` for
       MHA/GQA, MLA latent, KV heads split by the logged tensor_parallel_size), bytes;
     * ``kv_capacity_tokens_from_config`` — logged KV memory / bytes per token, tokens;
-    * ``weights_estimate_bytes`` — ``capacity.weights_bytes`` / tensor_parallel_size, bytes per GPU;
+    * ``weights_estimate_bytes`` — ``capacity.weights_bytes_per_worker`` (every module priced by its quantisation
+      scheme, one worker's share), bytes per GPU; the log's measured ``Model loading took`` instead when the two
+      differ by more than :data:`WEIGHTS_DISAGREE_RATIO` (a report note says the config may be another model's);
     * ``weights_budget_ratio`` — weights per GPU / (GPU total × gpu_memory_utilization) (> 1: they do not fit);
     * ``min_tensor_parallel_for_weights`` — smallest TP in 1, 2, 4, 8 with weights per GPU ≤ 90 % of the budget;
     * ``gpu_memory_utilization_needed`` — utilization that gives one ``max_model_len`` request its KV
@@ -64,21 +66,13 @@ def derive_capacity(bundle: Bundle) -> None:
         bundle.add("kv_capacity_tokens_from_config", math.floor(kv[0] / bpt),
                    f"derived: KV memory {kv[0] / 2**30:.2f} GiB ({kv[1]}) / {bpt:,} B per token")
     _modelled_token_line(bundle, shape, kv, kv_dtype, tp, src_cfg)
-    try:
-        logged_q = _text_last(bundle, "quantization")
-        has_qc = isinstance(capacity.text_config_of(cfg).get("quantization_config"), dict)
-        # the log's --quantization (engine config line) when the checkpoint config names none (online fp8, bnb)
-        total_w = capacity.weights_bytes(cfg, None if has_qc or not logged_q else logged_q)
-    except (InputError, ValueError):
-        total_w = None
+    total_w, per_gpu, w_src = _weights_per_worker(bundle, cfg, src_cfg, tp)
     total = bundle.last("gpu_total_bytes")
     util_row = bundle.last("gpu_memory_utilization")
     util = util_row[0] if util_row else DEFAULT_GPU_MEMORY_UTILIZATION
     util_src = util_row[1] if util_row else f"gpu_memory_utilization {DEFAULT_GPU_MEMORY_UTILIZATION} (vLLM default)"
-    if total_w:
-        per_gpu = capacity.weights_bytes_per_gpu(total_w, tp)
-        bundle.add("weights_estimate_bytes", per_gpu,
-                   f"derived: parameter count × dtype bytes of {src_cfg} = {total_w / 2**30:.2f} GiB / TP {tp}")
+    if per_gpu:
+        bundle.add("weights_estimate_bytes", per_gpu, w_src)
         if total:
             budget = total[0] * util
             bundle.add("weights_budget_ratio", per_gpu / budget,
@@ -107,6 +101,53 @@ def derive_capacity(bundle: Bundle) -> None:
         if gain > 1:
             bundle.add("kv_capacity_tokens_fp8", math.floor(pool[0] * gain),
                        f"derived: pool {pool[0]:,.0f} tokens ({pool[1]}) × {gain:g} (fp8 KV cache)")
+
+
+WEIGHTS_DISAGREE_RATIO = 0.05
+"""A log's measured weights (``Model loading took X GiB``) that differ from the config's estimate by more than this
+share of the measured figure replace the estimate: the config is likely another model's (or another quantisation's).
+The estimate itself is within 1 % on the capacity rows (``docs/capacity-calculators.md``), so 5 % is no rounding."""
+
+
+def _weights_per_worker(bundle: Bundle, cfg: dict, src_cfg: str, tp: int) -> tuple[float | None, float | None, str]:
+    """``(whole-model bytes, bytes per worker, source)`` of the weights for the WGT001 signals, or ``(None, None, "")``.
+
+    The config's estimate (:func:`kvdiag.capacity.weights_bytes_per_worker`, the log's ``--quantization`` when the
+    checkpoint config names none), unless the log measured the weights (``weights_bytes``: ``Model loading took``)
+    and the two differ by more than :data:`WEIGHTS_DISAGREE_RATIO`: then the measured figure, and a note in the
+    report saying the config may be another model's. No estimate and no measured figure: a note naming what the
+    config lacks (``no weights estimate: missing field vocab_size ...``).
+    """
+    pp_row = bundle.last("pipeline_parallel_size")
+    pp = int(pp_row[0]) if pp_row and pp_row[0] >= 1 else 1
+    logged_q = _text_last(bundle, "quantization")
+    has_qc = isinstance(capacity.text_config_of(cfg).get("quantization_config"), dict)
+    # the log's --quantization (engine config line) when the checkpoint config names none (online fp8, bnb)
+    quant = None if has_qc or not logged_q else logged_q
+    measured = bundle.last("weights_bytes")
+    measured = measured if measured and measured[0] > 0 else None
+    try:
+        total_w = capacity.weights_bytes(cfg, quant)
+        per_w = capacity.weights_bytes_per_worker(cfg, quant, tp, pp)
+    except (InputError, ValueError) as exc:
+        why = capacity.weights_missing_reason(exc)
+        if measured:
+            bundle.model_notes.append(f"no weights estimate from {src_cfg}: {why}; the log's measured "
+                                      f"{measured[0] / 2**30:.2f} GiB per worker ({measured[1]}) stands")
+        else:
+            bundle.model_notes.append(f"no weights estimate from {src_cfg}: {why}")
+        return None, None, ""
+    src = (f"derived: every module of {src_cfg} priced by its quantisation scheme = {total_w / 2**30:.2f} GiB, "
+           f"one worker's share of TP {tp}" + (f" × PP {pp}" if pp > 1 else ""))
+    if measured and abs(per_w - measured[0]) > WEIGHTS_DISAGREE_RATIO * measured[0]:
+        off = (per_w - measured[0]) / measured[0]
+        bundle.model_notes.append(
+            f"weights: the log measured {measured[0] / 2**30:.2f} GiB per worker ({measured[1]}) but {src_cfg} "
+            f"gives {per_w / 2**30:.2f} GiB ({off:+.0%}): the measured figure is used; the config may be another "
+            "model's (or another quantisation's), so its KV figures may be off too")
+        return measured[0] * tp * pp, measured[0], (f"{measured[1]} (measured; the config's {per_w / 2**30:.2f} GiB "
+                                                    f"differs by {off:+.0%})")
+    return total_w, per_w, src
 
 
 def _text_last(bundle: Bundle, name: str) -> str | None:
