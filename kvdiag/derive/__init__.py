@@ -54,7 +54,8 @@ STEPS: tuple[Step, ...] = (
          READS=_names("""cache_dtype decode_context_parallel_size enable_prefix_caching gpu_budget_bytes
              gpu_memory_utilization gpu_memory_utilization_needed gpu_total_bytes kv_cache_memory_bytes
              kv_cache_size_tokens kv_capacity_tokens mamba_ssm_cache_dtype max_model_len num_speculative_tokens
-             pipeline_parallel_size quantization speculative_method tensor_parallel_size vllm_version"""),
+             pipeline_parallel_size quantization speculative_method tensor_parallel_size vllm_version
+             weights_bytes"""),
          WRITES=_names("""gpu_memory_utilization_needed kv_bytes_per_token kv_capacity_tokens_fp8
              kv_capacity_tokens_from_config kv_capacity_tokens_modelled min_tensor_parallel_for_weights
              weights_budget_ratio weights_estimate_bytes""")),
