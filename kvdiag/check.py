@@ -462,6 +462,9 @@ def write_textfile(directory: str, registry: CollectorRegistry) -> str:
     ``DIR`` must exist (node_exporter reads a folder it was configured with; a mistyped one is not created).
     Returns a note (:class:`Note`) when the file could not be written.
     """
+    if Path(directory).exists() and not Path(directory).is_dir():
+        return Note(f"textfile {directory} not written (a file, not a folder: --textfile takes the folder "
+                    "node_exporter reads, and kvdiag writes kvdiag.prom in it)", "textfile not written")
     if not Path(directory).is_dir():
         return Note(f"textfile {directory} not written (no such folder)", "textfile not written")
     try:

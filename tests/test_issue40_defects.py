@@ -1,0 +1,42 @@
+"""Issue 40, must-show 3: each defect the fourth reliability pass named, with a test that failed before its fix.
+
+Every bad input gives one line naming the file / URL / field, the README's exit code, and no traceback."""
+
+from __future__ import annotations
+
+import socket
+
+from conftest import FIXTURES
+from test_check import nagios
+
+PRESS = str(FIXTURES / "metrics" / "vllm033_pressure_0054.prom")
+QUIET = str(FIXTURES / "metrics" / "v011_usage_split_across_api_servers.prom")
+
+
+def test_textfile_naming_a_file_says_it_is_a_file(kvdiag, tmp_path):
+    """--textfile takes the folder node_exporter reads; a file there was told as "no such folder"."""
+    out = tmp_path / "kvdiag.prom"
+    out.write_text("# kept\n")
+    res = kvdiag("check", "--metrics-file", QUIET, "--textfile", str(out))
+    status, details = nagios(res)
+    assert res.code == 3 and "; textfile not written" in status
+    assert f"textfile {out} not written (a file, not a folder: --textfile takes the folder node_exporter " \
+           "reads, and kvdiag writes kvdiag.prom in it)" in details
+    assert not any("no such folder" in d for d in details)
+    assert out.read_text() == "# kept\n"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pushgateway_down_is_told_without_urllib_words(kvdiag):
+    """A refused push was shown as ``URLError: <urlopen error [Errno 111] Connection refused>``."""
+    url = f"http://127.0.0.1:{_closed_port()}"
+    res = kvdiag("check", "--metrics-file", QUIET, "--pushgateway", url)
+    status, details = nagios(res)
+    assert res.code == 3 and "; push failed" in status
+    assert f"push to {url} failed (connection refused)" in details
+    assert "URLError" not in res.out and "urlopen" not in res.out and "Errno" not in res.out
