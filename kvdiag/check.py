@@ -510,7 +510,29 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
                                                   handler=handler),
                           timeout, f"no complete answer within {timeout:g}s")
     except Exception as exc:  # noqa: BLE001 - urllib errors of several kinds; the check still reports
-        # the URL pushed to holds no credentials, so urllib's message is safe to show (cut short)
-        reason = str(exc) if exc.__class__.__name__ == "ScrapeError" else f"{exc.__class__.__name__}: {str(exc)[:160]}"
-        return Note(f"push to {shown} failed ({reason})", "push failed")
+        return Note(f"push to {shown} failed ({push_reason(exc, timeout)})", "push failed")
     return ""
+
+
+def push_reason(exc: BaseException, timeout: float) -> str:
+    """Why a push failed, in words (not urllib's ``<urlopen error [Errno 111] …>``): ``connection refused``,
+    ``HTTP 500 Internal Server Error``, ``no answer within 10s``, the OS's words for other socket errors, or
+    kvdiag's own message (a deadline). The URL pushed to holds no credentials, so what is shown is safe."""
+    import socket
+    from urllib.error import HTTPError, URLError
+
+    if exc.__class__.__name__ == "ScrapeError":
+        return str(exc)
+    if isinstance(exc, HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"[:160]
+    reason = exc.reason if isinstance(exc, URLError) else exc
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return f"no answer within {timeout:g}s"
+    if isinstance(reason, socket.gaierror):
+        return "host name not found"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror.lower()[:160]
+    text = " ".join(str(reason).split())
+    return f"{reason.__class__.__name__}: {text[:160]}" if not isinstance(reason, str) else text[:160]

@@ -40,3 +40,16 @@ def test_pushgateway_down_is_told_without_urllib_words(kvdiag):
     assert res.code == 3 and "; push failed" in status
     assert f"push to {url} failed (connection refused)" in details
     assert "URLError" not in res.out and "urlopen" not in res.out and "Errno" not in res.out
+
+
+def test_push_reason_words():
+    """The other urllib failures in words too: an HTTP status, a timeout, an unknown host."""
+    import socket as s
+    from urllib.error import HTTPError, URLError
+
+    from kvdiag.check import push_reason
+
+    assert push_reason(HTTPError("http://x/metrics/job/kvdiag", 500, "Internal Server Error", {}, None), 10) \
+        == "HTTP 500 Internal Server Error"
+    assert push_reason(URLError(s.timeout("timed out")), 2.5) == "no answer within 2.5s"
+    assert push_reason(URLError(s.gaierror(-2, "Name or service not known")), 10) == "host name not found"
