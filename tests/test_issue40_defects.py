@@ -6,8 +6,20 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from conftest import FIXTURES
 from test_check import nagios
+
+from kvdiag.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """kvdiag's entry point in-process (the exit-code mapping included): ``(exit code, stdout, stderr)``."""
+    capsys.readouterr()
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 PRESS = str(FIXTURES / "metrics" / "vllm033_pressure_0054.prom")
 QUIET = str(FIXTURES / "metrics" / "v011_usage_split_across_api_servers.prom")
@@ -53,3 +65,33 @@ def test_push_reason_words():
         == "HTTP 500 Internal Server Error"
     assert push_reason(URLError(s.timeout("timed out")), 2.5) == "no answer within 2.5s"
     assert push_reason(URLError(s.gaierror(-2, "Name or service not known")), 10) == "host name not found"
+
+
+def _rule_folder(tmp_path):
+    import shutil
+
+    from kvdiag.engine.model import builtin_rules_dir
+
+    src = next(iter(sorted(builtin_rules_dir().rglob("*.yaml"))))
+    folder = tmp_path / "myrules"
+    folder.mkdir()
+    text = src.read_text()
+    import re
+    text = re.sub(r"(?m)^id: *(\S+)", "id: X\\1", text, count=1)
+    (folder / "r0.yaml").write_text(text)
+    return folder, text
+
+
+@pytest.mark.parametrize("option, name", [("--out", "r0.yaml"), ("--tests", "r0.yaml"), ("--tests", "r0.json")])
+def test_rules_export_never_writes_over_a_rule_file_it_reads(capsys, tmp_path, option, name):
+    """``--out`` / ``--tests`` (or the ``.rules.yml`` beside the tests) on a rule file of ``--rules DIR`` overwrote
+    it (the fuzz saw r0.yaml grow from 3 kB to 101 kB)."""
+    folder, text = _rule_folder(tmp_path)
+    if name == "r0.json":  # --tests r0.json writes its rules as r0.rules.yml: that one is a rule file too
+        (folder / "r0.yaml").rename(folder / "r0.rules.yml")
+    rc, out, err = run(capsys, "rules", "export", "--rules", str(folder), option, str(folder / name))
+    victim = folder / ("r0.rules.yml" if name == "r0.json" else name)
+    assert rc == 3 and out == "", err
+    assert victim.read_text() == text
+    assert err == f"kvdiag: error: {option} {victim}: is also an input ({folder}); kvdiag never overwrites its input\n"
+    assert sorted(p.name for p in folder.iterdir()) == [victim.name]
