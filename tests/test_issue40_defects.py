@@ -109,3 +109,22 @@ def test_state_that_is_an_empty_file_is_refused(kvdiag, tmp_path, content):
                        "overwrite it (remove it, or name a file that does not exist, for a fresh state)\n")
     assert victim.read_text() == content
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_config_gain_on_a_huge_pool_is_no_overflow(capsys, tmp_path):
+    """A log's pool of 1e308 tokens (finite) times the config's fp8 gain (2 for a bf16 cache) is infinite:
+    ``math.floor`` raised OverflowError ("internal error") with --model-config. The fp8 row is left out now."""
+    import json
+
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 05-11 09:31:12 api_server.py:1] The model's max seq len (4096) is larger than the maximum "
+                   "number of tokens that can be stored in KV cache (1e308).\n")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
+                               "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+                               "head_dim": 128, "hidden_size": 2048, "num_experts": 128, "vocab_size": 151936,
+                               "torch_dtype": "bfloat16"}))
+    rc, out, err = run(capsys, "analyze", "--log", str(log), "--model-config", str(cfg), "--format", "json")
+    assert "internal error" not in err and "Traceback" not in err, err
+    assert rc in (0, 1, 2, 3) and json.loads(out)["verdict"]
+    assert "inf" not in out.lower().replace("info", "")
