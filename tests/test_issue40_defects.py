@@ -128,3 +128,20 @@ def test_config_gain_on_a_huge_pool_is_no_overflow(capsys, tmp_path):
     assert "internal error" not in err and "Traceback" not in err, err
     assert rc in (0, 1, 2, 3) and json.loads(out)["verdict"]
     assert "inf" not in out.lower().replace("info", "")
+
+
+@pytest.mark.parametrize("fmt", ["html", "text"])
+def test_container_log_with_a_lone_surrogate_is_read(capsys, tmp_path, fmt):
+    """A Docker / CRI JSON line whose ``log`` holds ``\\udcff`` (a JSON escape of an undecodable byte) gave
+    "internal error: UnicodeEncodeError … surrogates not allowed" (the fuzz find wrote ``--format html
+    --output``). The character is read as U+FFFD, as an undecodable byte of a plain log is."""
+    lines = ['{"log":"(APIServer pid=1) INFO 05-19 10:12:03 [api_server.py:1] vLLM API server version 0.9.0\\n",'
+             '"stream":"stderr","time":"2026-05-19T10:12:03.000000000Z"}',
+             '{"log":"(EngineCore_DP0 pid=2) INFO 05-19 10:12:04 [kv_cache_utils.py:1] GPU KV cache size: 1,000 '
+             'tokens \\udcff\\n","stream":"stderr","time":"2026-05-19T10:12:04.000000000Z"}']
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(lines) + "\n")
+    out_file = tmp_path / f"out.{fmt}"
+    rc, out, err = run(capsys, "analyze", "--log", str(log), "--format", fmt, "--output", str(out_file))
+    assert "internal error" not in err and "Traceback" not in err, err
+    assert rc in (0, 1, 2, 3) and out_file.read_text(encoding="utf-8")
