@@ -145,3 +145,24 @@ def test_container_log_with_a_lone_surrogate_is_read(capsys, tmp_path, fmt):
     rc, out, err = run(capsys, "analyze", "--log", str(log), "--format", fmt, "--output", str(out_file))
     assert "internal error" not in err and "Traceback" not in err, err
     assert rc in (0, 1, 2, 3) and out_file.read_text(encoding="utf-8")
+
+
+def test_analyze_trace_longer_than_the_logs_max_model_len_is_not_simulated(capsys, tmp_path):
+    """``analyze --trace`` simulated prompts vLLM would reject (prompt_tokens ≥ the log's max_model_len) and the
+    model ran past the blocks it had given a request: "internal error: IndexError". ``simulate`` itself refuses
+    such a trace; ``analyze`` now says, in a note, why the trace was not simulated."""
+    import json
+
+    log = tmp_path / "vllm.log"
+    log.write_text("(VllmWorker rank=0 pid=300) INFO 01-01 00:00:00 [gpu_worker.py:1] Maximum concurrency for "
+                   "1,000 tokens per request: 3.5x\n")
+    trace = tmp_path / "requests.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens,max_tokens\n"
+                     "751.472,4591,222,,0,4096\n757.604,2828,1465,,0,4096\n757.953,2087,834,,0,834\n")
+    rc, out, err = run(capsys, "analyze", "--log", str(log), "--trace", str(trace), "--step-cost",
+                       "overhead_ms=4,weights_ms=45,compute_us_per_token=230,kv_read_ns_per_token=500",
+                       "--metrics-file", PRESS, "--format", "json")
+    assert "internal error" not in err and "Traceback" not in err, err
+    notes = json.loads(out)["notes"]
+    assert f"--trace {trace}: not simulated: request 0: prompt_tokens 4,591 is not below max_model_len 1,000 " \
+           "(vLLM rejects it)" in notes, notes
