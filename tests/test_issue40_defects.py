@@ -166,3 +166,42 @@ def test_analyze_trace_longer_than_the_logs_max_model_len_is_not_simulated(capsy
     notes = json.loads(out)["notes"]
     assert f"--trace {trace}: not simulated: request 0: prompt_tokens 4,591 is not below max_model_len 1,000 " \
            "(vLLM rejects it)" in notes, notes
+
+
+def _cut_page() -> tuple[str, int]:
+    """The pressure fixture page cut right after a number of its last sample line (no final line feed)."""
+    from pathlib import Path
+
+    lines = Path(PRESS).read_text().splitlines()
+    n = max(i for i, line in enumerate(lines) if line.startswith("vllm:num_requests_running"))
+    return "\n".join(lines[:n + 1])[:-1], n + 1     # '... 12' cut to '... 1'
+
+
+def test_page_file_cut_mid_line_gets_a_note(capsys, tmp_path):
+    """The text format ends every line with a line feed; a page cut right after a digit parsed clean, the cut
+    value (12 read as 1) taken without a word."""
+    import json
+
+    text, lineno = _cut_page()
+    page = tmp_path / "cut.prom"
+    page.write_text(text)
+    rc, out, err = run(capsys, "analyze", "--metrics-file", str(page), "--format", "json")
+    assert "Traceback" not in err
+    notes = [n for i in json.loads(out)["inputs"] for n in i["notes"]]
+    assert any(n.startswith(f"{page}:{lineno}: the page ended mid-line (no line feed after its last line,")
+               and "its last sample may be cut short" in n for n in notes), notes
+    whole = tmp_path / "whole.prom"
+    whole.write_text(text + "\n")
+    rc, out, err = run(capsys, "analyze", "--metrics-file", str(whole), "--format", "json")
+    assert not any("mid-line" in n for i in json.loads(out)["inputs"] for n in i["notes"])
+
+
+def test_scraped_page_cut_mid_line_gets_a_note(capsys, static_server):
+    import json
+
+    text, _ = _cut_page()
+    url = static_server(text.encode())
+    rc, out, err = run(capsys, "analyze", "--metrics-url", url, "--duration", "1s", "--format", "json")
+    assert "Traceback" not in err
+    notes = [n for i in json.loads(out)["inputs"] for n in i["notes"]]
+    assert any("the page ended mid-line (no line feed after its last line," in n for n in notes), notes

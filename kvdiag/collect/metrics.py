@@ -157,6 +157,20 @@ def _bad_page_line(text: str, openmetrics: bool) -> tuple[int, str | None]:
     return 0, None
 
 
+def cut_last_line(text: str, origin: str) -> str:
+    """A note when ``text`` ends inside a sample line: the text format ends every line with a line feed
+    (OpenMetrics ends at ``# EOF``), so a page without one after its last sample was likely cut mid-value
+    (``… 12`` cut to ``… 1`` still parses). ``""`` when the page ends with a line feed or a comment line."""
+    if not text or text.endswith("\n"):
+        return ""
+    lines = text.split("\n")
+    last = lines[-1].rstrip("\r")
+    if not last.strip() or last.lstrip().startswith("#"):
+        return ""
+    return (f"{origin}:{len(lines)}: the page ended mid-line (no line feed after its last line, {quote_line(last)}): "
+            "its last sample may be cut short; read as it stands")
+
+
 @dataclass
 class PageInfo:
     """What the pages of one server said about themselves (for the report's input notes)."""
@@ -167,9 +181,13 @@ class PageInfo:
     prefix_unscaled: bool = False  # block counters left in blocks: no usable block_size on the page
     dropped: dict = field(default_factory=dict)  # "signal: why" -> count of values out of the signal's domain
     duplicates: int = 0  # samples repeating a series (same name and labels) of the same instant
+    cut: list = field(default_factory=list)  # notes of pages that ended mid-line (:func:`cut_last_line`)
 
     def notes(self) -> list[str]:
         out = []
+        if self.cut:
+            out.append(self.cut[0] if len(self.cut) == 1 else
+                       f"{len(self.cut)} pages ended mid-line; the first: {self.cut[0]}")
         if self.dropped:
             out.append(f"{sum(self.dropped.values())} value(s) out of their domain skipped ("
                        + "; ".join(f"{k} ×{v}" for k, v in sorted(self.dropped.items())) + ")")
@@ -560,6 +578,9 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, a
         res.notes += early
     else:
         families = parse_page(text, path, dropped=page_info.dropped)
+        cut = cut_last_line(text, path) if not text.rstrip().endswith("# EOF") else ""
+        if cut:
+            page_info.cut.append(cut)
         res = InputInfo(kind="metrics-file", name=path, records=1)
         res.observations = add_page(bundle, families, path, at, page_info)
         if at is not None:
@@ -613,8 +634,10 @@ def make_session(retries: int = 2, backoff: float = 0.2, opts: HttpOptions | Non
 
 
 
-def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tuple[list, float]:
-    """GET ``url`` once and parse it. Returns ``(families, unix_time)``.
+def scrape_once(session: requests.Session, url: str, timeout: float = 5.0,
+                page: PageInfo | None = None) -> tuple[list, float]:
+    """GET ``url`` once and parse it. Returns ``(families, unix_time)``; a page that ended mid-line is noted in
+    ``page.cut`` (:func:`cut_last_line`).
 
     Raises:
         ScrapeError: refused, timed out, HTTP error status, body too large or cut off, or not a /metrics page.
@@ -631,6 +654,10 @@ def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tu
         families = parse_page(text, shown, openmetrics="openmetrics" in ctype.lower())
     except InputError as exc:
         raise ScrapeError(f"{exc} (Content-Type: {ctype or 'none'})") from None
+    if page is not None and not text.rstrip().endswith("# EOF"):
+        cut = cut_last_line(text, shown)
+        if cut and len(page.cut) < 1000:
+            page.cut.append(cut)
     return families, t
 
 
@@ -715,7 +742,7 @@ def _scrape_loop(target: Target, session: requests.Session, duration: float, int
     n = 0
     while not stop.is_set():
         try:
-            families, t = scrape_once(session, target.fetch_url or target.url, timeout)
+            families, t = scrape_once(session, target.fetch_url or target.url, timeout, target.page)
             with target.lock:
                 if target.closed:
                     return
