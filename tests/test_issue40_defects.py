@@ -205,3 +205,36 @@ def test_scraped_page_cut_mid_line_gets_a_note(capsys, static_server):
     assert "Traceback" not in err
     notes = [n for i in json.loads(out)["inputs"] for n in i["notes"]]
     assert any("the page ended mid-line (no line feed after its last line," in n for n in notes), notes
+
+
+_OM_HEAD = '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 3 1700000000.000\n'
+
+
+@pytest.mark.parametrize("tail, where, what", [
+    ('# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine="0"} 1 1700000000.000\n'
+     '# TYPE vllm:num_requests_running counter\nvllm:num_requests_running{engine="0"} 4 1700000015.000\n', 5,
+     "# TYPE vllm:num_requests_running counter conflicts with its # TYPE gauge at line 1"),
+    ('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 4 1700000015.000\n', 3,
+     "# TYPE vllm:num_requests_running given again (first at line 1)"),
+    ('vllm:num_requests_running{engine="0"} 4 253402300000.000\n', 3,
+     "sample timestamp 253402300000.000 is not Unix seconds between 1970 and 2200"),
+], ids=["type-conflict", "type-twice", "future-timestamp"])
+def test_openmetrics_recording_faults_name_their_line(capsys, tmp_path, tail, where, what):
+    """A TYPE clash was told as "FILE @ 1700000015.000: not Prometheus OpenMetrics" (the instant, no line), a
+    timestamp of year 9999 as "FILE: sample timestamp …" (no line)."""
+    rec = tmp_path / "rec.om"
+    rec.write_text(_OM_HEAD + tail + "# EOF\n")
+    rc, out, err = run(capsys, "analyze", "--metrics-file", str(rec))
+    assert rc == 3 and "Traceback" not in err
+    assert err.startswith(f"kvdiag: error: {rec}:{where}: {what}"), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_openmetrics_page_type_conflict_names_its_line(capsys, tmp_path):
+    """The same on one OpenMetrics page without timestamps (each line parses alone: the fault spans lines)."""
+    page = tmp_path / "page.om"
+    page.write_text('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 3\n'
+                    '# TYPE vllm:num_requests_running counter\n# EOF\n')
+    rc, out, err = run(capsys, "analyze", "--metrics-file", str(page))
+    assert rc == 3 and err.startswith(f"kvdiag: error: {page}:3: # TYPE vllm:num_requests_running counter "
+                                      "conflicts with its # TYPE gauge at line 1"), err

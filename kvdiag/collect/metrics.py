@@ -138,6 +138,9 @@ def parse_page(text: str, origin: str, openmetrics: bool = False, dropped: dict 
                     return families
         fmt = "OpenMetrics" if use_om else "text format"
         lineno, line = _bad_page_line(text, use_om)
+        clash = type_clash(text) if use_om and not lineno else None
+        if clash:
+            raise InputError(f"{origin}:{clash[0]}: {clash[1]}") from None
         where = f"{origin}:{lineno}" if lineno else origin
         got = f", got {quote_line(line)}" if line is not None else ""
         raise InputError(f"{where}: not Prometheus {fmt}: expected '# HELP/# TYPE' or 'name{{labels}} value'{got}") from None
@@ -155,6 +158,31 @@ def _bad_page_line(text: str, openmetrics: bool) -> tuple[int, str | None]:
         except Exception:  # noqa: BLE001 - any parser complaint marks the line
             return n, line
     return 0, None
+
+
+def type_clash(text: str) -> tuple[int, str] | None:
+    """The first ``# TYPE`` line of an OpenMetrics text that gives a family a second type, or the same type again
+    (OpenMetrics gives each family's metadata once), as ``(line number, what)``; ``None`` when there is none.
+    The parser's own complaint names neither the line nor the first TYPE."""
+    first: dict[str, tuple[str, int]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("# TYPE "):
+            if line.startswith("# EOF"):
+                break
+            continue
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        name, kind = parts[2], parts[3]
+        if name in first:
+            kind0, n0 = first[name]
+            shown = quote_line(name, 80)[1:-1]
+            if kind != kind0:
+                return n, (f"# TYPE {shown} {quote_line(kind, 20)[1:-1]} conflicts with its # TYPE "
+                           f"{quote_line(kind0, 20)[1:-1]} at line {n0}: a family has one type")
+            return n, f"# TYPE {shown} given again (first at line {n0}): OpenMetrics gives a family's TYPE once"
+        first[name] = (kind, n)
+    return None
 
 
 def cut_last_line(text: str, origin: str) -> str:
@@ -452,13 +480,16 @@ def split_by_time(text: str) -> list[tuple[float, str]] | None:
     pages: dict[float, list[str]] = {}
     family_lines: dict[float, list[str]] = {}
     seen_ts = False
+    clash = type_clash(text)
+    if clash:
+        raise InputError(clash[1], lineno=clash[0])
 
     def flush():
         for ts, lines in family_lines.items():
             pages.setdefault(ts, []).extend(headers + lines)
         family_lines.clear()
 
-    for line in text.splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         if line.startswith("#"):
@@ -483,7 +514,7 @@ def split_by_time(text: str) -> list[tuple[float, str]] | None:
         if unix_seconds(ts) is None:  # OpenMetrics timestamps are Unix seconds, in the one range of every input
             raise InputError(f"sample timestamp {quote_line(m.group('ts'), 40)[1:-1]} is not Unix seconds between "
                              f"1970 and 2200{' (milliseconds?)' if MAX_UNIX_SECONDS <= ts < MAX_UNIX_SECONDS * 1000 else ''}"
-                             f": {quote_line(line, 120)}")
+                             f": {quote_line(line, 120)}", lineno=n)
         family_lines.setdefault(ts, []).append(line)
     flush()
     if not seen_ts:
@@ -565,8 +596,9 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, a
     if text.rstrip().endswith("# EOF") and "\x00" not in text:
         try:
             instants = split_by_time(text)
-        except InputError as exc:
-            raise InputError(f"{path}: {exc}") from None
+        except InputError as exc:  # the line in the file, when split_by_time knows it
+            where = f"{path}:{exc.lineno}" if getattr(exc, "lineno", 0) else path
+            raise InputError(f"{where}: {exc}") from None
     else:
         instants = None
     if instants:
