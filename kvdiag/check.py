@@ -112,7 +112,9 @@ def check_state_path(path: str) -> None:
     Raises:
         InputError: the folder does not exist (kvdiag does not create it), the path is a folder, or the file
             exists and is not a kvdiag state file (a JSON object with a ``"version"`` key): kvdiag never
-            overwrites a log or config given by mistake. An empty file is accepted (a fresh state).
+            overwrites a log or config given by mistake. An empty file is refused too (issue 40): kvdiag writes
+            its state whole (by rename), so an empty file is someone else's; a path that does not exist is a
+            fresh state.
     """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
@@ -127,7 +129,8 @@ def check_state_path(path: str) -> None:
 
     raw = read_bytes(path, STATE_BYTES, "a kvdiag state file", label="--state")
     if not raw.strip():
-        return
+        raise InputError(f"--state {path}: an empty file, not a kvdiag state file; refusing to overwrite it "
+                         "(remove it, or name a file that does not exist, for a fresh state)")
     try:
         data = loads(raw.decode("utf-8"), path, "a kvdiag state file")
     except (InputError, ValueError):
@@ -462,6 +465,9 @@ def write_textfile(directory: str, registry: CollectorRegistry) -> str:
     ``DIR`` must exist (node_exporter reads a folder it was configured with; a mistyped one is not created).
     Returns a note (:class:`Note`) when the file could not be written.
     """
+    if Path(directory).exists() and not Path(directory).is_dir():
+        return Note(f"textfile {directory} not written (a file, not a folder: --textfile takes the folder "
+                    "node_exporter reads, and kvdiag writes kvdiag.prom in it)", "textfile not written")
     if not Path(directory).is_dir():
         return Note(f"textfile {directory} not written (no such folder)", "textfile not written")
     try:
@@ -507,7 +513,29 @@ def push(url: str, job: str, instance: str, registry: CollectorRegistry, timeout
                                                   handler=handler),
                           timeout, f"no complete answer within {timeout:g}s")
     except Exception as exc:  # noqa: BLE001 - urllib errors of several kinds; the check still reports
-        # the URL pushed to holds no credentials, so urllib's message is safe to show (cut short)
-        reason = str(exc) if exc.__class__.__name__ == "ScrapeError" else f"{exc.__class__.__name__}: {str(exc)[:160]}"
-        return Note(f"push to {shown} failed ({reason})", "push failed")
+        return Note(f"push to {shown} failed ({push_reason(exc, timeout)})", "push failed")
     return ""
+
+
+def push_reason(exc: BaseException, timeout: float) -> str:
+    """Why a push failed, in words (not urllib's ``<urlopen error [Errno 111] …>``): ``connection refused``,
+    ``HTTP 500 Internal Server Error``, ``no answer within 10s``, the OS's words for other socket errors, or
+    kvdiag's own message (a deadline). The URL pushed to holds no credentials, so what is shown is safe."""
+    import socket
+    from urllib.error import HTTPError, URLError
+
+    if exc.__class__.__name__ == "ScrapeError":
+        return str(exc)
+    if isinstance(exc, HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"[:160]
+    reason = exc.reason if isinstance(exc, URLError) else exc
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return f"no answer within {timeout:g}s"
+    if isinstance(reason, socket.gaierror):
+        return "host name not found"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror.lower()[:160]
+    text = " ".join(str(reason).split())
+    return f"{reason.__class__.__name__}: {text[:160]}" if not isinstance(reason, str) else text[:160]

@@ -38,7 +38,14 @@ class KvdiagError(Exception):
 
 
 class InputError(KvdiagError):
-    """An input (log file, metrics page, model config, option value) cannot be read or parsed."""
+    """An input (log file, metrics page, model config, option value) cannot be read or parsed.
+
+    ``lineno`` (optional, 1-based) is the line of the input the message is about, for a caller that names the
+    file (``FILE:LINE: …``) when the raiser knew only the text."""
+
+    def __init__(self, *args, lineno: int = 0) -> None:
+        super().__init__(*args)
+        self.lineno = lineno
 
 
 class ScrapeError(KvdiagError):

@@ -138,6 +138,9 @@ def parse_page(text: str, origin: str, openmetrics: bool = False, dropped: dict 
                     return families
         fmt = "OpenMetrics" if use_om else "text format"
         lineno, line = _bad_page_line(text, use_om)
+        clash = type_clash(text) if use_om and not lineno else None
+        if clash:
+            raise InputError(f"{origin}:{clash[0]}: {clash[1]}") from None
         where = f"{origin}:{lineno}" if lineno else origin
         got = f", got {quote_line(line)}" if line is not None else ""
         raise InputError(f"{where}: not Prometheus {fmt}: expected '# HELP/# TYPE' or 'name{{labels}} value'{got}") from None
@@ -157,6 +160,45 @@ def _bad_page_line(text: str, openmetrics: bool) -> tuple[int, str | None]:
     return 0, None
 
 
+def type_clash(text: str) -> tuple[int, str] | None:
+    """The first ``# TYPE`` line of an OpenMetrics text that gives a family a second type, or the same type again
+    (OpenMetrics gives each family's metadata once), as ``(line number, what)``; ``None`` when there is none.
+    The parser's own complaint names neither the line nor the first TYPE."""
+    first: dict[str, tuple[str, int]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("# TYPE "):
+            if line.startswith("# EOF"):
+                break
+            continue
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        name, kind = parts[2], parts[3]
+        if name in first:
+            kind0, n0 = first[name]
+            shown = quote_line(name, 80)[1:-1]
+            if kind != kind0:
+                return n, (f"# TYPE {shown} {quote_line(kind, 20)[1:-1]} conflicts with its # TYPE "
+                           f"{quote_line(kind0, 20)[1:-1]} at line {n0}: a family has one type")
+            return n, f"# TYPE {shown} given again (first at line {n0}): OpenMetrics gives a family's TYPE once"
+        first[name] = (kind, n)
+    return None
+
+
+def cut_last_line(text: str, origin: str) -> str:
+    """A note when ``text`` ends inside a sample line: the text format ends every line with a line feed
+    (OpenMetrics ends at ``# EOF``), so a page without one after its last sample was likely cut mid-value
+    (``… 12`` cut to ``… 1`` still parses). ``""`` when the page ends with a line feed or a comment line."""
+    if not text or text.endswith("\n"):
+        return ""
+    lines = text.split("\n")
+    last = lines[-1].rstrip("\r")
+    if not last.strip() or last.lstrip().startswith("#"):
+        return ""
+    return (f"{origin}:{len(lines)}: the page ended mid-line (no line feed after its last line, {quote_line(last)}): "
+            "its last sample may be cut short; read as it stands")
+
+
 @dataclass
 class PageInfo:
     """What the pages of one server said about themselves (for the report's input notes)."""
@@ -167,9 +209,13 @@ class PageInfo:
     prefix_unscaled: bool = False  # block counters left in blocks: no usable block_size on the page
     dropped: dict = field(default_factory=dict)  # "signal: why" -> count of values out of the signal's domain
     duplicates: int = 0  # samples repeating a series (same name and labels) of the same instant
+    cut: list = field(default_factory=list)  # notes of pages that ended mid-line (:func:`cut_last_line`)
 
     def notes(self) -> list[str]:
         out = []
+        if self.cut:
+            out.append(self.cut[0] if len(self.cut) == 1 else
+                       f"{len(self.cut)} pages ended mid-line; the first: {self.cut[0]}")
         if self.dropped:
             out.append(f"{sum(self.dropped.values())} value(s) out of their domain skipped ("
                        + "; ".join(f"{k} ×{v}" for k, v in sorted(self.dropped.items())) + ")")
@@ -434,13 +480,16 @@ def split_by_time(text: str) -> list[tuple[float, str]] | None:
     pages: dict[float, list[str]] = {}
     family_lines: dict[float, list[str]] = {}
     seen_ts = False
+    clash = type_clash(text)
+    if clash:
+        raise InputError(clash[1], lineno=clash[0])
 
     def flush():
         for ts, lines in family_lines.items():
             pages.setdefault(ts, []).extend(headers + lines)
         family_lines.clear()
 
-    for line in text.splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         if line.startswith("#"):
@@ -465,7 +514,7 @@ def split_by_time(text: str) -> list[tuple[float, str]] | None:
         if unix_seconds(ts) is None:  # OpenMetrics timestamps are Unix seconds, in the one range of every input
             raise InputError(f"sample timestamp {quote_line(m.group('ts'), 40)[1:-1]} is not Unix seconds between "
                              f"1970 and 2200{' (milliseconds?)' if MAX_UNIX_SECONDS <= ts < MAX_UNIX_SECONDS * 1000 else ''}"
-                             f": {quote_line(line, 120)}")
+                             f": {quote_line(line, 120)}", lineno=n)
         family_lines.setdefault(ts, []).append(line)
     flush()
     if not seen_ts:
@@ -547,8 +596,9 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, a
     if text.rstrip().endswith("# EOF") and "\x00" not in text:
         try:
             instants = split_by_time(text)
-        except InputError as exc:
-            raise InputError(f"{path}: {exc}") from None
+        except InputError as exc:  # the line in the file, when split_by_time knows it
+            where = f"{path}:{exc.lineno}" if getattr(exc, "lineno", 0) else path
+            raise InputError(f"{where}: {exc}") from None
     else:
         instants = None
     if instants:
@@ -560,6 +610,9 @@ def read_metrics_file(bundle: Bundle, path: str, info: PageInfo | None = None, a
         res.notes += early
     else:
         families = parse_page(text, path, dropped=page_info.dropped)
+        cut = cut_last_line(text, path) if not text.rstrip().endswith("# EOF") else ""
+        if cut:
+            page_info.cut.append(cut)
         res = InputInfo(kind="metrics-file", name=path, records=1)
         res.observations = add_page(bundle, families, path, at, page_info)
         if at is not None:
@@ -613,8 +666,10 @@ def make_session(retries: int = 2, backoff: float = 0.2, opts: HttpOptions | Non
 
 
 
-def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tuple[list, float]:
-    """GET ``url`` once and parse it. Returns ``(families, unix_time)``.
+def scrape_once(session: requests.Session, url: str, timeout: float = 5.0,
+                page: PageInfo | None = None) -> tuple[list, float]:
+    """GET ``url`` once and parse it. Returns ``(families, unix_time)``; a page that ended mid-line is noted in
+    ``page.cut`` (:func:`cut_last_line`).
 
     Raises:
         ScrapeError: refused, timed out, HTTP error status, body too large or cut off, or not a /metrics page.
@@ -631,6 +686,10 @@ def scrape_once(session: requests.Session, url: str, timeout: float = 5.0) -> tu
         families = parse_page(text, shown, openmetrics="openmetrics" in ctype.lower())
     except InputError as exc:
         raise ScrapeError(f"{exc} (Content-Type: {ctype or 'none'})") from None
+    if page is not None and not text.rstrip().endswith("# EOF"):
+        cut = cut_last_line(text, shown)
+        if cut and len(page.cut) < 1000:
+            page.cut.append(cut)
     return families, t
 
 
@@ -715,7 +774,7 @@ def _scrape_loop(target: Target, session: requests.Session, duration: float, int
     n = 0
     while not stop.is_set():
         try:
-            families, t = scrape_once(session, target.fetch_url or target.url, timeout)
+            families, t = scrape_once(session, target.fetch_url or target.url, timeout, target.page)
             with target.lock:
                 if target.closed:
                     return

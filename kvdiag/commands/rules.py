@@ -77,6 +77,13 @@ def rules_export(fmt, out, tests_out, window, for_, runbook_base, rules_dirs) ->
             raise click.BadParameter(f"{target}: is a folder, expected a file path", param_hint=option)
         if target and not Path(target).parent.is_dir():
             raise click.BadParameter(f"{target}: folder {Path(target).parent} does not exist", param_hint=option)
+    from ..fileio import check_output_target
+
+    read = [str(builtin_rules_dir()), *rules_dirs]  # folders read whole: no output over one of their rule files
+    for option, target in (("--out", out), ("--tests", tests_out),
+                           ("--tests", tests_out and str(Path(tests_out).with_suffix(".rules.yml")))):
+        if target:
+            check_output_target(target, option, read)
     if out and tests_out:
         written = {Path(tests_out).resolve(), Path(tests_out).with_suffix(".rules.yml").resolve()}
         if Path(out).resolve() in written:

@@ -98,7 +98,7 @@ def derive_capacity(bundle: Bundle) -> None:
     pool = bundle.last("kv_capacity_tokens") or bundle.last("kv_cache_size_tokens")
     if pool and pool[0] > 0:
         gain = capacity.fp8_kv_gain(shape, kv_dtype)
-        if gain > 1:
+        if gain > 1 and math.isfinite(pool[0] * gain):  # a log's 1e308-token pool × 2 is no number of tokens
             bundle.add("kv_capacity_tokens_fp8", math.floor(pool[0] * gain),
                        f"derived: pool {pool[0]:,.0f} tokens ({pool[1]}) × {gain:g} (fp8 KV cache)")
 

@@ -61,6 +61,10 @@ def cite(report, bundle, requests, cost: StepCost, duration_s: float | None, sou
     if base is None:
         return [f"--trace {source}: not simulated: the inputs do not give num_gpu_blocks (cache_config_info or the "
                 "'GPU KV cache size' log line)"]
+    too_long = next((r for r in requests if r.prompt_tokens >= base.max_model_len), None)
+    if too_long is not None:  # as `kvdiag simulate` refuses it: vLLM never schedules such a prompt
+        return [f"--trace {source}: not simulated: request {too_long.id}: prompt_tokens {too_long.prompt_tokens:,} "
+                f"is not below max_model_len {base.max_model_len:,} (vLLM rejects it)"]
     try:
         ran = simulate(requests, base, cost, duration_s=duration_s)
         label = ("kvdiag's scheduler model on the --trace workload, run until its requests are done; not "

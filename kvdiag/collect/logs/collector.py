@@ -199,8 +199,8 @@ class LogCollector:
                     obj = None
                 if isinstance(obj, dict) and isinstance(obj.get("log"), str):
                     if t_container is None and isinstance(obj.get("time"), str):
-                        t_container = _parse_rfc3339(obj["time"])
-                    parts.append(obj["log"].rstrip("\n"))
+                        t_container = _parse_rfc3339(_no_lone_surrogates(obj["time"]))
+                    parts.append(_no_lone_surrogates(obj["log"]).rstrip("\n"))
                     continue
             text = text.rstrip("\r")
             m = CONTAINER_TS.match(text) if container == "ts" or text[:1].isdigit() else None
@@ -552,3 +552,12 @@ class LogCollector:
             self._add(signal, value, line)
 
 
+def _no_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (``"\\udcff"`` in a JSON envelope: an undecodable byte escaped by the
+    logging driver) as U+FFFD, as an undecodable byte of a plain log line is read: such a str cannot be encoded
+    as UTF-8 (the event matcher, every report writer). Pairs were joined by :func:`json.loads` already."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
