@@ -14,7 +14,7 @@ nemotron_h,qwen2_5_vl}.py`` @ v0.11.0 and the lab's v0.33.0):
   ``in_proj_z``/``in_proj_b``/``in_proj_a``), Mamba-2 ``mixer.in_proj``/``conv1d``/``out_proj``;
 * MTP layers the checkpoint ships (``mtp.*``: one decoder layer plus its ``eh_proj`` per layer; vLLM loads them
   only with ``--speculative-config`` method ``mtp``, so they count only when asked);
-* vision / audio towers (``visual.*``: ``blocks.N.attn.qkv``/``attn.proj``, the MLP, ``patch_embed``, ``merger``);
+* vision / audio towers and projectors, family by family (:mod:`.towers`);
 * embeddings, LM head (none when tied), norms, and the rotary ``cos_sin_cache`` buffer vLLM allocates at load
   (``layers/rotary_embedding``: ``max_position_embeddings x rotary_dim`` in the model dtype, one per distinct
   rope; it is part of ``Model loading took``).
@@ -71,9 +71,6 @@ class Module:
 # Language-model prefixes checkpoints use (transformers < 4.52 wrote ``model.layers`` for Qwen2.5-VL, later
 # ``model.language_model.layers``; Nemotron-H writes ``backbone``).
 _LM_PREFIXES = ("model", "model.language_model", "language_model.model", "backbone")
-_TOWER_PREFIXES = {"vision_config": ("visual", "model.visual", "vision_tower", "model.vision_tower"),
-                   "visual": ("visual", "model.visual"),
-                   "audio_config": ("audio_tower", "model.audio_tower")}
 
 # transformers' per-model default of ``tie_word_embeddings`` when config.json leaves it out (PretrainedConfig
 # defaults to True; these model configs pass their own default): configuration_<model>.py.
@@ -243,66 +240,6 @@ def _rope_buffer(cfg: Mapping[str, Any], shape: ModelShape) -> list[Module]:
     return [Module("rotary_emb.cos_sin_cache", "buffer", max_pos * rot * ropes, 1, "buffers")]
 
 
-def _tower_modules(config: Mapping[str, Any]) -> list[Module]:
-    """Vision / audio encoders (ViT style), named as Qwen2-VL / Qwen2.5-VL checkpoints name them.
-
-    Per block: ``attn.qkv`` (3d x d, bias), ``attn.proj`` (d x d, bias), MLP gated (``gate_proj``/``up_proj``/
-    ``down_proj``, SiLU) or not (``fc1``/``fc2``), two norms; ``patch_embed.proj`` ``channels x patch² x temporal x
-    d``; the merger ``mlp.0`` (d·m² x d·m²) and ``mlp.2`` (out x d·m²) with ``m = spatial_merge_size`` (or a
-    two-layer projector d -> out -> out without merging).
-    """
-    mods: list[Module] = []
-    text_h = text_config_of(config).get("hidden_size")
-    for key, prefixes in _TOWER_PREFIXES.items():
-        tc = config.get(key)
-        if not isinstance(tc, Mapping):
-            continue
-        pre, alias_pre = prefixes[0], prefixes[1:]
-
-        def mk(rest: str, kind: str, out_f: int, in_f: int, bias: int = 0) -> Module:
-            return Module(f"{pre}.{rest}", kind, out_f, in_f, "towers", bias=bias,
-                          aliases=tuple(f"{a}.{rest}" for a in alias_pre))
-
-        d = int_field(tc, "hidden_size", "embed_dim", "d_model", "width", purpose=f"the {key} weights")
-        depth = int_field(tc, "depth", "num_hidden_layers", "encoder_layers", "num_layers", "layers",
-                           purpose=f"the {key} weights")
-        feature = config.get("vision_feature_layer") if key == "vision_config" else None
-        if isinstance(feature, int) or (isinstance(feature, (list, tuple)) and feature and
-                                        all(isinstance(f, int) for f in feature)):
-            # LLaVA-style: vLLM builds the tower only up to the deepest feature layer (llava.py
-            # _get_num_hidden_layers, utils.py get_layer_index @ v0.33.0: a negative index -k keeps depth - k + 1)
-            idx = [feature] if isinstance(feature, int) else list(feature)
-            depth = max(depth + f + 1 if f < 0 else f for f in idx)
-        inter = int_field(tc, "intermediate_size", "encoder_ffn_dim", required=False)
-        if inter is None:
-            inter = int(d * tc.get("mlp_ratio", 4))
-        gated = str(tc.get("hidden_act", "")).lower() in ("silu", "swiglu")
-        for b in range(depth):
-            mods += [mk(f"blocks.{b}.attn.qkv", "linear", 3 * d, d, bias=3 * d),
-                     mk(f"blocks.{b}.attn.proj", "linear", d, d, bias=d)]
-            if gated:
-                mods += [mk(f"blocks.{b}.mlp.gate_proj", "linear", inter, d, bias=inter),
-                         mk(f"blocks.{b}.mlp.up_proj", "linear", inter, d),
-                         mk(f"blocks.{b}.mlp.down_proj", "linear", d, inter, bias=d)]
-            else:
-                mods += [mk(f"blocks.{b}.mlp.fc1", "linear", inter, d, bias=inter),
-                         mk(f"blocks.{b}.mlp.fc2", "linear", d, inter, bias=d)]
-            mods.append(mk(f"blocks.{b}.norms", "dense", 4 * d, 1))
-        patch = int(tc.get("patch_size") or 14)
-        chans = int(tc.get("in_channels") or tc.get("in_chans") or tc.get("num_channels") or 3)
-        temporal = int(tc.get("temporal_patch_size") or 1)
-        if key != "audio_config":
-            mods.append(mk("patch_embed.proj", "dense", chans * patch * patch * temporal * d, 1))
-        out = int(tc.get("out_hidden_size") or text_h or d)
-        merge = int(tc.get("spatial_merge_size") or 1)
-        if merge > 1:
-            dm = d * merge * merge
-            mods += [mk("merger.mlp.0", "linear", dm, dm), mk("merger.mlp.2", "linear", out, dm)]
-        else:
-            mods += [mk("merger.mlp.0", "linear", out, d), mk("merger.mlp.2", "linear", out, out)]
-    return mods
-
-
 def checkpoint_modules(config: Mapping[str, Any], *, include_mtp: bool = False) -> list[Module]:
     """Every weight of the checkpoint vLLM builds, by checkpoint name (see the module docstring).
 
@@ -349,5 +286,7 @@ def checkpoint_modules(config: Mapping[str, Any], *, include_mtp: bool = False) 
                      for m in _attention_modules(cfg, shape, i, h, n_heads, part="mtp")
                      + _mlp_modules(cfg, i, h, bool(n_exp), part="mtp")]
     mods += _rope_buffer(cfg, shape)
-    mods += _tower_modules(config)
+    from .towers import tower_modules  # (towers builds Module: imported here, not at the top)
+
+    mods += tower_modules(config)
     return mods
