@@ -60,8 +60,9 @@ def test_qwen3_vl_deepstack_mergers_position_embedding_and_buffers():
     # deepstack_input_embeds: 3 levels x max_num_batched_tokens (2,048) x text hidden 2,560 elements, model dtype
     buf = next(m for m in checkpoint_modules(cfg) if m.name == "deepstack_input_embeds")
     assert buf.params == 3 * 2_048 * 2_560 and buf.kind == "buffer"
-    # the whole checkpoint: 4,437,806,592 parameters (Hugging Face lists the model as 4.44 B)
-    assert cap.parameter_count(cfg)["total"] == 4_437_806_592
+    # the whole checkpoint: 4,437,806,592 parameters + q_norm / k_norm (36 x 2 x 128) = 4,437,815,808 (Hugging Face
+    # lists the model as 4.44 B)
+    assert cap.parameter_count(cfg)["total"] == 4_437_815_808
 
 
 def test_llava_next_clip_tower_and_projector_row():
@@ -94,3 +95,51 @@ def test_tied_embeddings_leave_no_lm_head():
     pc = cap.parameter_count(cfg)
     assert pc["lm_head"] == 0 and pc["embeddings"] == 151_936 * 2_048
     assert cap.parameter_count({**cfg, "tie_word_embeddings": False})["lm_head"] == 151_936 * 2_048
+
+
+# --- MTP heads ----------------------------------------------------------------------------------------------
+
+def test_qwen35_mtp_head_counts_only_with_mtp_and_shares_embedding_and_head():
+    # Qwen3.5-27B: one MTP layer (qwen3_5_mtp.py @ v0.33.0): mtp.fc 10,240 -> 5,120 = 52,428,800; a full-attention
+    # layer with gated q (2 x 24 x 256 rows) 62,914,560 + k, v 5,242,880 each + o 31,457,280 + q/k norms 512; MLP
+    # 3 x 5,120 x 17,408 = 267,386,880; 5 norms 25,600 -> 424,699,392; the drafter's embedding and lm_head are the
+    # target's (llm_base_proposer.py _maybe_share_embeddings / _maybe_share_lm_head: "Detected MTP model")
+    cfg = _cfg("kinds/qwen3.5-27b.json")
+    assert cap.parameter_count(cfg)["mtp"] == 0
+    with_mtp = cap.parameter_count(cfg, include_mtp=True)
+    assert with_mtp["mtp"] == 424_699_392
+    assert with_mtp["embeddings"] == cap.parameter_count(cfg)["embeddings"]
+    names = {m.name for m in checkpoint_modules(cfg, include_mtp=True) if m.part == "mtp"}
+    assert {"mtp.fc", "mtp.layers.0.self_attn.q_proj", "mtp.layers.0.mlp.down_proj"} <= names
+
+
+# --- quantisation schemes from real checkpoint configs ---------------------------------------------------------
+
+def test_compressed_tensors_int8_group_scheme_with_a_name_by_name_ignore_list():
+    # llm-compressor W8A16 group 32 (symmetric) of Qwen3-VL-30B-A3B: every vision linear, merger, router and lm_head
+    # is named in 'ignore' and stays bf16; the experts are 1 B + a bf16 scale per 32 = 1.0625 B per weight
+    cfg = _cfg("kinds/qwen3-vl-30b-a3b-instruct-awq-w8a16.json")
+    s = cap.scheme_of(None, cfg["quantization_config"], 2)
+    mods = checkpoint_modules(cfg)
+    tower_linear = [m for m in mods if m.part == "towers" and m.kind == "linear"]
+    assert len(tower_linear) == 27 * 4 + 2 + 3 * 2 and all(s.format_of(m) is None for m in tower_linear)
+    head = next(m for m in mods if m.kind == "lm_head")
+    assert s.format_of(head) is None
+    experts = next(m for m in mods if m.name.endswith("layers.0.mlp.experts.gate_up_proj"))
+    # gate_up 1,536 x 2,048 per expert: 3,145,728 B + 3,145,728 / 32 x 2 B = 3,342,336 B; x 128 experts
+    assert s.module_bytes(experts) == 128 * 3_342_336
+    q = next(m for m in mods if m.name.endswith("layers.0.self_attn.q_proj"))
+    assert s.module_bytes(q) == 4_096 * 2_048 * 1.0625
+
+
+def test_gptq_4bit_checkpoint_of_a_hybrid():
+    # GPTQModel 4-bit group 128 of Qwen3.5-27B (text only): o_proj of a full-attention layer 5,120 x 6,144 ->
+    # qweight 15,728,640 B + qzeros 48 x 5,120 x 0.5 B = 122,880 + fp16 scales 48 x 5,120 x 2 B = 491,520;
+    # lm_head false: the head stays fp16 (248,320 x 5,120 x 2 B)
+    cfg = _cfg("kinds/qwen3.5-27b-gptq-4bit.json")
+    s = cap.scheme_of(None, cfg["quantization_config"], 2)
+    mods = {m.name: m for m in checkpoint_modules(cfg)}
+    assert s.module_bytes(mods["model.layers.3.self_attn.o_proj"]) == 15_728_640 + 122_880 + 491_520
+    assert s.module_bytes(mods["lm_head"]) == 248_320 * 5_120 * 2
+    b = weights_breakdown(cfg)
+    assert b["scheme"] == "gptq 4-bit, group 128" and b["parts"]["lm_head"] == 248_320 * 5_120 * 2

@@ -130,10 +130,18 @@ def _attention_modules(cfg: Mapping[str, Any], shape: ModelShape, i: int, h: int
                                                                                     "qwen2_5_vl", "qwen2_vl")
     # Qwen3-Next / Qwen3.5 gated attention: q_proj doubles (query and gate), qwen3_next.py @ v0.11.0
     q_rows = 2 * q_out if cfg.get("attn_output_gate", str(cfg.get("model_type", "")).startswith(("qwen3_next", "qwen3_5"))) else q_out
-    return [_lin(i, f"{p}.q_proj", q_rows, h, part, bias=q_out if biased else 0),
+    mods = [_lin(i, f"{p}.q_proj", q_rows, h, part, bias=q_out if biased else 0),
             _lin(i, f"{p}.k_proj", kv_out, h, part, bias=kv_out if biased else 0),
             _lin(i, f"{p}.v_proj", kv_out, h, part, bias=kv_out if biased else 0),
             _lin(i, f"{p}.o_proj", h, q_out, part)]
+    if str(cfg.get("model_type", "")).startswith(_QK_NORM_TYPES):  # per-head RMSNorm of q and k (head_dim each)
+        mods.append(_dense(i, f"{p}.q_norm+k_norm", 2 * head_dim, part))
+    return mods
+
+
+_QK_NORM_TYPES = ("qwen3", "gemma3")
+"""Families whose attention normalises q and k per head (``q_norm`` / ``k_norm`` of ``head_dim``: qwen3.py,
+qwen3_moe.py, qwen3_next.py, qwen3_5.py, gemma3.py @ v0.33.0)."""
 
 
 def _state_modules(shape: ModelShape, i: int, h: int, model_type: str) -> list[Module]:
@@ -240,6 +248,40 @@ def _rope_buffer(cfg: Mapping[str, Any], shape: ModelShape) -> list[Module]:
     return [Module("rotary_emb.cos_sin_cache", "buffer", max_pos * rot * ropes, 1, "buffers")]
 
 
+def _mtp_modules(cfg: Mapping[str, Any], shape: ModelShape, h: int, n_heads: int, moe: bool,
+                 model_type: str) -> list[Module]:
+    """The checkpoint's MTP layers as vLLM's drafter builds them; its embedding and LM head are the target's
+    (``_maybe_share_embeddings`` / ``_maybe_share_lm_head`` of ``v1/spec_decode/llm_base_proposer.py`` @ v0.33.0: the
+    drafter's copies are deleted before ``Model loading took`` is measured).
+
+    * Qwen3-Next / Qwen3.5 (``qwen3_next_mtp.py``, ``qwen3_5_mtp.py``): ``mtp.fc`` (2h -> h, a quantisable
+      ColumnParallelLinear; vLLM keeps it 16-bit under ``modelopt_fp4``), ``mtp.norm`` + ``pre_fc_norm_hidden`` +
+      ``pre_fc_norm_embedding``, and ``mtp.layers.J`` full-attention decoder layers.
+    * DeepSeek-V3 / GLM-4.x MoE (``deepseek_mtp.py``): ``model.layers.L+J.eh_proj`` (a plain ``nn.Linear``, never
+      quantised), ``enorm``, ``hnorm``, ``shared_head.norm`` and the decoder layer itself.
+    """
+    mods: list[Module] = []
+    qwen = model_type.startswith(("qwen3_next", "qwen3_5"))
+    for j in range(shape.mtp_layers or 0):
+        i = shape.num_layers + j
+        layer = _attention_modules(cfg, shape, i, h, n_heads, part="mtp") + _mlp_modules(cfg, i, h, moe, part="mtp")
+        if qwen:
+            old = f"layers.{i}."
+            layer = [Module(m.name.replace(f"model.{old}", f"mtp.layers.{j}.", 1), m.kind, m.out_features,
+                            m.in_features, "mtp", m.count, m.bias, (f"model.mtp.layers.{j}." + m.name.split(old, 1)[1],),
+                            tuple(f.replace(f"model.{old}", f"mtp.layers.{j}.", 1) for f in m.fused))
+                     for m in layer]
+            mods += [Module("mtp.fc", "linear", h, 2 * h, "mtp", aliases=("model.mtp.fc",)),
+                     Module("mtp.norms", "dense", 5 * h, 1, "mtp")]
+        else:
+            layer = [Module(m.name, m.kind, m.out_features, m.in_features, "mtp", m.count, m.bias, m.aliases, m.fused)
+                     for m in layer]
+            eh, eh_alias = _lm(i, "eh_proj")
+            mods += [Module(eh, "dense", h * 2 * h, 1, "mtp", aliases=eh_alias), _dense(i, "mtp_norms", 5 * h, "mtp")]
+        mods += layer
+    return mods
+
+
 def checkpoint_modules(config: Mapping[str, Any], *, include_mtp: bool = False) -> list[Module]:
     """Every weight of the checkpoint vLLM builds, by checkpoint name (see the module docstring).
 
@@ -279,12 +321,7 @@ def checkpoint_modules(config: Mapping[str, Any], *, include_mtp: bool = False) 
     layers = shape.num_layers
     mods.append(_dense(None, "norms", (2 * layers + 1) * h, "norms"))
     if include_mtp and shape.mtp_layers:
-        for j in range(shape.mtp_layers):
-            i = layers + j
-            mods += [_lin(i, "eh_proj", h, 2 * h, "mtp"), _dense(i, "mtp_norms", 4 * h, "mtp")]
-            mods += [Module(m.name, m.kind, m.out_features, m.in_features, "mtp", m.count, m.bias, m.aliases, m.fused)
-                     for m in _attention_modules(cfg, shape, i, h, n_heads, part="mtp")
-                     + _mlp_modules(cfg, i, h, bool(n_exp), part="mtp")]
+        mods += _mtp_modules(cfg, shape, h, n_heads, bool(n_exp), model_type)
     mods += _rope_buffer(cfg, shape)
     from .towers import tower_modules  # (towers builds Module: imported here, not at the top)
 

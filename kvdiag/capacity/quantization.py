@@ -372,6 +372,8 @@ def _modelopt_scheme(method: str, qc: Mapping[str, Any], dtype_bytes: int) -> "S
             isinstance(g, Mapping) and g.get("input_activations") is None for g in qc["config_groups"].values()):
         fmt = _modelopt_format("W4A16_NVFP4", int(group or 16))  # ModelOptNvFp4Config._from_config
     desc = {"FP8": "modelopt FP8", "NVFP4": "NVFP4 (0.5 B + fp8 scale per 16 weights)"}.get(algo, f"modelopt {algo}")
+    if "NVFP4" in algo:  # qwen3_5_mtp.py @ v0.33.0: mtp.fc is bf16 in NVFP4 checkpoints, built unquantised
+        forced = forced + ("mtp.fc",)
     return Scheme(method, desc, dtype_bytes, (((("Linear",), fmt)),), exclude, "modelopt", lm_head=True,
                   forced_16bit=forced)
 
