@@ -143,3 +143,23 @@ def test_gptq_4bit_checkpoint_of_a_hybrid():
     assert s.module_bytes(mods["lm_head"]) == 248_320 * 5_120 * 2
     b = weights_breakdown(cfg)
     assert b["scheme"] == "gptq 4-bit, group 128" and b["parts"]["lm_head"] == 248_320 * 5_120 * 2
+
+
+def test_awq_modules_to_not_convert_are_substrings_layer_zero_included():
+    # auto_awq.py @ v0.33.0 is_layer_skipped_awq: any listed string inside the module name. QuantTrio's list keeps
+    # attention, Gated DeltaNet, shared experts, routers and all of layer 0 in bf16; layer 1's experts are AWQ:
+    # per expert gate_up 1,024 x 2,048 -> qweight 1,048,576 + fp16 scales 16 x 1,024 x 2 = 32,768 + 4-bit zeros 8,192;
+    # down 2,048 x 512 -> 524,288 + 16,384 + 4,096 -> 1,634,304 B per expert x 256
+    cfg = _cfg("kinds/qwen3.6-35b-a3b-awq-quanttrio.json")
+    s = cap.scheme_of(None, cfg["quantization_config"], 2)
+    mods = {m.name: m for m in checkpoint_modules(cfg)}
+    assert s.format_of(mods["model.layers.0.mlp.experts.gate_up_proj"]) is None       # "layers.0."
+    assert s.module_bytes(mods["model.layers.0.mlp.experts.gate_up_proj"]) == 256 * 1_024 * 2_048 * 2
+    e1 = s.module_bytes(mods["model.layers.1.mlp.experts.gate_up_proj"]) + \
+        s.module_bytes(mods["model.layers.1.mlp.experts.down_proj"])
+    assert e1 == 256 * 1_634_304
+    for name in ("model.layers.3.self_attn.q_proj", "model.layers.1.linear_attn.in_proj_qkv",
+                 "model.layers.1.mlp.shared_expert.down_proj", "model.layers.10.mlp.shared_expert.gate_proj"):
+        assert s.format_of(mods[name]) is None, name
+    # "layers.0." is not "layers.10.": layer 10's experts are quantised
+    assert s.format_of(mods["model.layers.10.mlp.experts.down_proj"]) is not None
