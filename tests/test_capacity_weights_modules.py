@@ -176,10 +176,12 @@ def test_rotary_buffer_counts_at_load():
 
 
 def test_mtp_layers_only_when_asked():
-    # one MTP layer: eh_proj 64 x 128 = 8,192, 4 norms 256, attention 12,288, MLP 24,576 -> 45,312 parameters
+    # one MTP layer (deepseek_mtp.py @ v0.33.0): eh_proj 64 x 128 = 8,192, 5 norms (enorm, hnorm, shared_head.norm
+    # and the decoder layer's two) 320, attention 12,288, MLP 24,576 -> 45,376 parameters; the drafter's embedding
+    # and head are the target's (shared)
     cfg = {**TINY, "num_nextn_predict_layers": 1}
     assert cap.parameter_count(cfg)["mtp"] == 0
-    assert cap.parameter_count(cfg, include_mtp=True)["mtp"] == 45_312
+    assert cap.parameter_count(cfg, include_mtp=True)["mtp"] == 45_376
 
 
 def test_kept_16bit_modules_are_named():

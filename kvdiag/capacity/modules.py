@@ -14,7 +14,7 @@ nemotron_h,qwen2_5_vl}.py`` @ v0.11.0 and the lab's v0.33.0):
   ``in_proj_z``/``in_proj_b``/``in_proj_a``), Mamba-2 ``mixer.in_proj``/``conv1d``/``out_proj``;
 * MTP layers the checkpoint ships (``mtp.*``: one decoder layer plus its ``eh_proj`` per layer; vLLM loads them
   only with ``--speculative-config`` method ``mtp``, so they count only when asked);
-* vision / audio towers (``visual.*``: ``blocks.N.attn.qkv``/``attn.proj``, the MLP, ``patch_embed``, ``merger``);
+* vision / audio towers and projectors, family by family (:mod:`.towers`);
 * embeddings, LM head (none when tied), norms, and the rotary ``cos_sin_cache`` buffer vLLM allocates at load
   (``layers/rotary_embedding``: ``max_position_embeddings x rotary_dim`` in the model dtype, one per distinct
   rope; it is part of ``Model loading took``).
@@ -71,9 +71,6 @@ class Module:
 # Language-model prefixes checkpoints use (transformers < 4.52 wrote ``model.layers`` for Qwen2.5-VL, later
 # ``model.language_model.layers``; Nemotron-H writes ``backbone``).
 _LM_PREFIXES = ("model", "model.language_model", "language_model.model", "backbone")
-_TOWER_PREFIXES = {"vision_config": ("visual", "model.visual", "vision_tower", "model.vision_tower"),
-                   "visual": ("visual", "model.visual"),
-                   "audio_config": ("audio_tower", "model.audio_tower")}
 
 # transformers' per-model default of ``tie_word_embeddings`` when config.json leaves it out (PretrainedConfig
 # defaults to True; these model configs pass their own default): configuration_<model>.py.
@@ -133,10 +130,18 @@ def _attention_modules(cfg: Mapping[str, Any], shape: ModelShape, i: int, h: int
                                                                                     "qwen2_5_vl", "qwen2_vl")
     # Qwen3-Next / Qwen3.5 gated attention: q_proj doubles (query and gate), qwen3_next.py @ v0.11.0
     q_rows = 2 * q_out if cfg.get("attn_output_gate", str(cfg.get("model_type", "")).startswith(("qwen3_next", "qwen3_5"))) else q_out
-    return [_lin(i, f"{p}.q_proj", q_rows, h, part, bias=q_out if biased else 0),
+    mods = [_lin(i, f"{p}.q_proj", q_rows, h, part, bias=q_out if biased else 0),
             _lin(i, f"{p}.k_proj", kv_out, h, part, bias=kv_out if biased else 0),
             _lin(i, f"{p}.v_proj", kv_out, h, part, bias=kv_out if biased else 0),
             _lin(i, f"{p}.o_proj", h, q_out, part)]
+    if str(cfg.get("model_type", "")).startswith(_QK_NORM_TYPES):  # per-head RMSNorm of q and k (head_dim each)
+        mods.append(_dense(i, f"{p}.q_norm+k_norm", 2 * head_dim, part))
+    return mods
+
+
+_QK_NORM_TYPES = ("qwen3", "gemma3")
+"""Families whose attention normalises q and k per head (``q_norm`` / ``k_norm`` of ``head_dim``: qwen3.py,
+qwen3_moe.py, qwen3_next.py, qwen3_5.py, gemma3.py @ v0.33.0)."""
 
 
 def _state_modules(shape: ModelShape, i: int, h: int, model_type: str) -> list[Module]:
@@ -243,63 +248,37 @@ def _rope_buffer(cfg: Mapping[str, Any], shape: ModelShape) -> list[Module]:
     return [Module("rotary_emb.cos_sin_cache", "buffer", max_pos * rot * ropes, 1, "buffers")]
 
 
-def _tower_modules(config: Mapping[str, Any]) -> list[Module]:
-    """Vision / audio encoders (ViT style), named as Qwen2-VL / Qwen2.5-VL checkpoints name them.
+def _mtp_modules(cfg: Mapping[str, Any], shape: ModelShape, h: int, n_heads: int, moe: bool,
+                 model_type: str) -> list[Module]:
+    """The checkpoint's MTP layers as vLLM's drafter builds them; its embedding and LM head are the target's
+    (``_maybe_share_embeddings`` / ``_maybe_share_lm_head`` of ``v1/spec_decode/llm_base_proposer.py`` @ v0.33.0: the
+    drafter's copies are deleted before ``Model loading took`` is measured).
 
-    Per block: ``attn.qkv`` (3d x d, bias), ``attn.proj`` (d x d, bias), MLP gated (``gate_proj``/``up_proj``/
-    ``down_proj``, SiLU) or not (``fc1``/``fc2``), two norms; ``patch_embed.proj`` ``channels x patch² x temporal x
-    d``; the merger ``mlp.0`` (d·m² x d·m²) and ``mlp.2`` (out x d·m²) with ``m = spatial_merge_size`` (or a
-    two-layer projector d -> out -> out without merging).
+    * Qwen3-Next / Qwen3.5 (``qwen3_next_mtp.py``, ``qwen3_5_mtp.py``): ``mtp.fc`` (2h -> h, a quantisable
+      ColumnParallelLinear; vLLM keeps it 16-bit under ``modelopt_fp4``), ``mtp.norm`` + ``pre_fc_norm_hidden`` +
+      ``pre_fc_norm_embedding``, and ``mtp.layers.J`` full-attention decoder layers.
+    * DeepSeek-V3 / GLM-4.x MoE (``deepseek_mtp.py``): ``model.layers.L+J.eh_proj`` (a plain ``nn.Linear``, never
+      quantised), ``enorm``, ``hnorm``, ``shared_head.norm`` and the decoder layer itself.
     """
     mods: list[Module] = []
-    text_h = text_config_of(config).get("hidden_size")
-    for key, prefixes in _TOWER_PREFIXES.items():
-        tc = config.get(key)
-        if not isinstance(tc, Mapping):
-            continue
-        pre, alias_pre = prefixes[0], prefixes[1:]
-
-        def mk(rest: str, kind: str, out_f: int, in_f: int, bias: int = 0) -> Module:
-            return Module(f"{pre}.{rest}", kind, out_f, in_f, "towers", bias=bias,
-                          aliases=tuple(f"{a}.{rest}" for a in alias_pre))
-
-        d = int_field(tc, "hidden_size", "embed_dim", "d_model", "width", purpose=f"the {key} weights")
-        depth = int_field(tc, "depth", "num_hidden_layers", "encoder_layers", "num_layers", "layers",
-                           purpose=f"the {key} weights")
-        feature = config.get("vision_feature_layer") if key == "vision_config" else None
-        if isinstance(feature, int) or (isinstance(feature, (list, tuple)) and feature and
-                                        all(isinstance(f, int) for f in feature)):
-            # LLaVA-style: vLLM builds the tower only up to the deepest feature layer (llava.py
-            # _get_num_hidden_layers, utils.py get_layer_index @ v0.33.0: a negative index -k keeps depth - k + 1)
-            idx = [feature] if isinstance(feature, int) else list(feature)
-            depth = max(depth + f + 1 if f < 0 else f for f in idx)
-        inter = int_field(tc, "intermediate_size", "encoder_ffn_dim", required=False)
-        if inter is None:
-            inter = int(d * tc.get("mlp_ratio", 4))
-        gated = str(tc.get("hidden_act", "")).lower() in ("silu", "swiglu")
-        for b in range(depth):
-            mods += [mk(f"blocks.{b}.attn.qkv", "linear", 3 * d, d, bias=3 * d),
-                     mk(f"blocks.{b}.attn.proj", "linear", d, d, bias=d)]
-            if gated:
-                mods += [mk(f"blocks.{b}.mlp.gate_proj", "linear", inter, d, bias=inter),
-                         mk(f"blocks.{b}.mlp.up_proj", "linear", inter, d),
-                         mk(f"blocks.{b}.mlp.down_proj", "linear", d, inter, bias=d)]
-            else:
-                mods += [mk(f"blocks.{b}.mlp.fc1", "linear", inter, d, bias=inter),
-                         mk(f"blocks.{b}.mlp.fc2", "linear", d, inter, bias=d)]
-            mods.append(mk(f"blocks.{b}.norms", "dense", 4 * d, 1))
-        patch = int(tc.get("patch_size") or 14)
-        chans = int(tc.get("in_channels") or tc.get("in_chans") or tc.get("num_channels") or 3)
-        temporal = int(tc.get("temporal_patch_size") or 1)
-        if key != "audio_config":
-            mods.append(mk("patch_embed.proj", "dense", chans * patch * patch * temporal * d, 1))
-        out = int(tc.get("out_hidden_size") or text_h or d)
-        merge = int(tc.get("spatial_merge_size") or 1)
-        if merge > 1:
-            dm = d * merge * merge
-            mods += [mk("merger.mlp.0", "linear", dm, dm), mk("merger.mlp.2", "linear", out, dm)]
+    qwen = model_type.startswith(("qwen3_next", "qwen3_5"))
+    for j in range(shape.mtp_layers or 0):
+        i = shape.num_layers + j
+        layer = _attention_modules(cfg, shape, i, h, n_heads, part="mtp") + _mlp_modules(cfg, i, h, moe, part="mtp")
+        if qwen:
+            old = f"layers.{i}."
+            layer = [Module(m.name.replace(f"model.{old}", f"mtp.layers.{j}.", 1), m.kind, m.out_features,
+                            m.in_features, "mtp", m.count, m.bias, (f"model.mtp.layers.{j}." + m.name.split(old, 1)[1],),
+                            tuple(f.replace(f"model.{old}", f"mtp.layers.{j}.", 1) for f in m.fused))
+                     for m in layer]
+            mods += [Module("mtp.fc", "linear", h, 2 * h, "mtp", aliases=("model.mtp.fc",)),
+                     Module("mtp.norms", "dense", 5 * h, 1, "mtp")]
         else:
-            mods += [mk("merger.mlp.0", "linear", out, d), mk("merger.mlp.2", "linear", out, out)]
+            layer = [Module(m.name, m.kind, m.out_features, m.in_features, "mtp", m.count, m.bias, m.aliases, m.fused)
+                     for m in layer]
+            eh, eh_alias = _lm(i, "eh_proj")
+            mods += [Module(eh, "dense", h * 2 * h, 1, "mtp", aliases=eh_alias), _dense(i, "mtp_norms", 5 * h, "mtp")]
+        mods += layer
     return mods
 
 
@@ -342,12 +321,9 @@ def checkpoint_modules(config: Mapping[str, Any], *, include_mtp: bool = False) 
     layers = shape.num_layers
     mods.append(_dense(None, "norms", (2 * layers + 1) * h, "norms"))
     if include_mtp and shape.mtp_layers:
-        for j in range(shape.mtp_layers):
-            i = layers + j
-            mods += [_lin(i, "eh_proj", h, 2 * h, "mtp"), _dense(i, "mtp_norms", 4 * h, "mtp")]
-            mods += [Module(m.name, m.kind, m.out_features, m.in_features, "mtp", m.count, m.bias, m.aliases, m.fused)
-                     for m in _attention_modules(cfg, shape, i, h, n_heads, part="mtp")
-                     + _mlp_modules(cfg, i, h, bool(n_exp), part="mtp")]
+        mods += _mtp_modules(cfg, shape, h, n_heads, bool(n_exp), model_type)
     mods += _rope_buffer(cfg, shape)
-    mods += _tower_modules(config)
+    from .towers import tower_modules  # (towers builds Module: imported here, not at the top)
+
+    mods += tower_modules(config)
     return mods

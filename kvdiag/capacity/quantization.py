@@ -19,10 +19,14 @@ named):
   Weights ``num_bits/8`` per element; scales: ``tensor`` one fp32, ``channel`` ``out`` fp32 (fp8) / ``s`` (int),
   ``group`` ``out·in/g`` in ``s`` (fp8 ``E4M3`` for ``nvfp4-pack-quantized``, plus two fp32 global scales),
   ``block`` like fp8; ``symmetric: false`` adds ``out·in/g`` packed ``num_bits`` zero points.
-* ``modelopt`` (``modelopt.py``): ``FP8`` as fp8 per tensor; ``NVFP4`` ``out·in/2`` + fp8 scale per 16 +
-  ``weight_scale_2`` and ``input_scale`` fp32. ``exclude_modules`` (``hf_quant_config.json`` / ``ignore``) matched
-  exactly, as substrings and as ``fnmatch`` wildcards (``is_layer_excluded``); names with ``vision_tower`` /
-  ``vision_model`` are never quantised; the LM head (``ParallelLMHead``) is quantised unless excluded.
+* ``modelopt`` (``modelopt.py``): one ``quant_algo`` for every linear, expert and the LM head (``ParallelLMHead``,
+  quantised unless excluded): ``FP8`` fp8 per tensor; ``FP8_PER_CHANNEL_PER_TOKEN`` fp32 per row; ``FP8_PB_WO`` fp32
+  per 128x128 block; ``NVFP4`` ``out·in/2`` + fp8 scale per 16 + ``weight_scale_2`` and ``input_scale`` fp32
+  (``W4A16_NVFP4`` without ``input_scale``); ``MXFP8`` fp8 + e8m0 per 32. ``exclude_modules`` (``hf_quant_config.json``)
+  / ``ignore`` (config.json) matched exactly, as substrings and as ``fnmatch`` wildcards (``is_layer_excluded``);
+  names with ``vision_tower`` / ``vision_model`` are never quantised. ``MIXED_PRECISION``: each layer's algo from
+  ``quantized_layers`` (its name, its packed vLLM name, or keys under it for the experts), every layer not listed
+  left in the model dtype (``ModelOptMixedPrecisionConfig``).
 * ``awq`` / ``awq_marlin`` (``auto_awq.py``): ``qweight`` ``out·in·bits/8``, ``qzeros`` ``(in/g)·out·bits/8``,
   ``scales`` ``(in/g)·out`` in ``s``; skips ``modules_to_not_convert`` as substrings.
 * ``gptq`` / ``gptq_marlin`` (``auto_gptq.py``): the same three tensors (``group_size -1``: ``g = in``); the LM
@@ -54,7 +58,7 @@ from kvdiag.errors import InputError
 from .modules import Module
 
 QUANT_METHODS = ("fp8", "fbgemm_fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "bitsandbytes", "modelopt",
-                 "modelopt_fp4", "nvfp4", "compressed-tensors", "mxfp4", "int8", "w8a8")
+                 "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed", "nvfp4", "compressed-tensors", "mxfp4", "int8", "w8a8")
 """``--quantization`` / ``quant_method`` values whose per-module bytes this module knows."""
 
 
@@ -101,6 +105,8 @@ class Scheme:
         experts_only: only fused MoE experts are quantised (mxfp4).
         lm_head: the LM head is quantised when not ignored.
         mxfp4_pad: ``(hidden multiple, intermediate multiple)`` the MoE backend rounds experts to.
+        forced_16bit: name parts vLLM never quantises under the scheme (ModelOpt's vision towers).
+        per_layer: ModelOpt MIXED_PRECISION ``quantized_layers`` as ``(name, format)``; unlisted layers stay 16-bit.
     """
 
     method: str | None
@@ -113,6 +119,7 @@ class Scheme:
     lm_head: bool = False
     mxfp4_pad: tuple[int, int] = (1, 64)
     forced_16bit: tuple[str, ...] = field(default=())
+    per_layer: tuple[tuple[str, "_Format"], ...] = field(default=())
 
     def _ignored(self, m: Module) -> bool:
         names = (m.name,) + m.aliases + m.fused
@@ -140,6 +147,8 @@ class Scheme:
             return None
         if self._ignored(m):
             return None
+        if self.per_layer:
+            return _mixed_format(self.per_layer, m)
         for targets, fmt in self.formats:
             if _targeted(m, targets):
                 return fmt
@@ -255,19 +264,8 @@ def scheme_of(quantization: str | None, qc: Mapping[str, Any] | None, dtype_byte
             return Scheme(method, "bitsandbytes 4-bit, double quant", dtype_bytes, ((lin, fmt),), skip, "substring")
         return Scheme(method, "bitsandbytes 4-bit (fp32 absmax per 64)", dtype_bytes,
                       ((lin, _Format(4, "group", 64, 4.0)),), skip, "substring")
-    if method in ("modelopt", "modelopt_fp4", "nvfp4"):
-        inner = qc.get("quantization") if isinstance(qc.get("quantization"), Mapping) else {}
-        algo = str(qc.get("quant_algo") or inner.get("quant_algo") or "").upper()
-        if method == "modelopt" and not algo:
-            raise InputError("config: missing field quantization_config.quant_algo (modelopt: FP8 or NVFP4)")
-        exclude = tuple(qc.get("exclude_modules") or inner.get("exclude_modules") or qc.get("ignore") or ())
-        forced = ("vision_tower", "vision_model", "vit_large_projector")
-        if method == "modelopt" and algo.startswith("FP8"):
-            return Scheme(method, "modelopt FP8", dtype_bytes, ((lin, _Format(8, "tensor", scale_bytes=8.0)),),
-                          exclude, "modelopt", lm_head=True, forced_16bit=forced)
-        return Scheme(method, "NVFP4 (0.5 B + fp8 scale per 16 weights)", dtype_bytes,
-                      ((lin, _Format(4, "group", 16, 1.0, per_matrix_bytes=8.0)),), exclude, "modelopt",
-                      lm_head=True, forced_16bit=forced)
+    if method in ("modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed", "nvfp4"):
+        return _modelopt_scheme(method, qc, dtype_bytes)
     if method == "mxfp4":
         return Scheme(method, "mxfp4 experts (0.5 B + 1 B scale per 32 weights), other layers 16-bit", dtype_bytes,
                       ((lin, _Format(4, "group", 32, 1.0)),), tuple(qc.get("modules_to_not_convert") or ()),
@@ -295,6 +293,131 @@ def scheme_of(quantization: str | None, qc: Mapping[str, Any] | None, dtype_byte
                      f"(it sizes {', '.join(QUANT_METHODS)}); give --quantization for the method vLLM serves it with")
 
 
+def _modelopt_format(algo: str, group: int) -> _Format | None:
+    """Storage of one ModelOpt ``quant_algo`` (``modelopt.py`` @ v0.33.0 ``resolve`` and the ``QuantKeyScheme``
+    ``create_weights``): FP8 per tensor (fp8 + fp32 ``weight_scale`` and ``input_scale``); FP8_PER_CHANNEL_PER_TOKEN
+    (fp8 + fp32 per output row); FP8_PB_WO / FP8_BLOCK_SCALES (fp8 + fp32 per 128x128 block); NVFP4 (uint8 of two
+    values + fp8 E4M3 scale per ``group`` + fp32 ``weight_scale_2`` and ``input_scale``); W4A16_NVFP4 (the same without
+    ``input_scale``); MXFP8 (fp8 + e8m0 uint8 scale per 32). None for an algo vLLM does not serve."""
+    algo = algo.upper()
+    if algo == "FP8":
+        return _Format(8, "tensor", scale_bytes=8.0)
+    if algo == "FP8_PER_CHANNEL_PER_TOKEN":
+        return _Format(8, "channel", scale_bytes=4.0)
+    if algo in ("FP8_PB_WO", "FP8_BLOCK_SCALES"):
+        return _Format(8, "block", block=(128, 128))
+    if algo == "NVFP4":
+        return _Format(4, "group", group, 1.0, per_matrix_bytes=8.0)
+    if algo == "W4A16_NVFP4":
+        return _Format(4, "group", group, 1.0, per_matrix_bytes=4.0)
+    if algo == "MXFP8":
+        return _Format(8, "group", 32, 1.0)
+    return None
+
+
+MODELOPT_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4", "MXFP8", "MIXED_PRECISION")
+"""ModelOpt ``quant_algo`` values vLLM 0.33.0 serves (``modelopt.py`` ``LINEAR_ALGOS`` + ``MIXED_PRECISION``)."""
+
+
+def _modelopt_scheme(method: str, qc: Mapping[str, Any], dtype_bytes: int) -> "Scheme":
+    """ModelOpt checkpoints (``modelopt.py`` @ v0.33.0): ``quantization_config`` of config.json (``quant_algo``,
+    ``ignore``, ``group_size``, ``quantized_layers``) or the legacy ``hf_quant_config.json`` shape (``quantization``:
+    ``quant_algo``, ``exclude_modules``). One algo for every linear layer, the LM head and the experts (excluded
+    modules and vision towers stay 16-bit), or ``MIXED_PRECISION``: each layer's algo from ``quantized_layers``,
+    every layer it does not list left unquantised (``ModelOptMixedPrecisionConfig.get_quant_method``).
+
+    Raises:
+        InputError: no ``quant_algo``, an algo vLLM does not serve, MIXED_PRECISION without ``quantized_layers``.
+    """
+    inner = qc.get("quantization") if isinstance(qc.get("quantization"), Mapping) else {}
+    src = inner or qc
+    algo = str(src.get("quant_algo") or qc.get("quant_algo") or "").upper()
+    if not algo:
+        if method in ("modelopt_fp4", "nvfp4"):
+            algo = "NVFP4"
+        elif method == "modelopt_mxfp8":
+            algo = "MXFP8"
+        else:
+            raise InputError("config: missing field quantization_config.quant_algo (modelopt: one of "
+                             f"{', '.join(MODELOPT_ALGOS)})")
+    exclude = tuple(src.get("exclude_modules") or qc.get("ignore") or qc.get("exclude_modules") or ())
+    group = src.get("group_size") or qc.get("group_size")
+    forced = ("vision_tower", "vision_model", "vit_large_projector")
+    if algo == "MIXED_PRECISION":
+        layers = src.get("quantized_layers") or qc.get("quantized_layers")
+        if not isinstance(layers, Mapping) or not layers:
+            raise InputError("config: missing field quantization_config.quantized_layers (modelopt MIXED_PRECISION "
+                             "names each layer's quant_algo there)")
+        if group is None:  # the first NVFP4-family entry's group_size, else 16 (_from_config)
+            group = next((v.get("group_size", 16) for v in layers.values() if isinstance(v, Mapping)
+                          and str(v.get("quant_algo", "")).upper() in ("NVFP4", "W4A16_NVFP4")), 16)
+        per_layer = []
+        algos = set()
+        for name, info in layers.items():
+            a = str(info.get("quant_algo", "")).upper() if isinstance(info, Mapping) else ""
+            fmt = _modelopt_format(a, int(info.get("group_size") or group) if isinstance(info, Mapping) else 16)
+            if fmt is None:
+                raise InputError(f"config: quantization_config.quantized_layers.{name}.quant_algo = {a or None!r}: "
+                                 f"expected one of {', '.join(MODELOPT_ALGOS[:-1])}")
+            per_layer.append((str(name), fmt))
+            algos.add(a)
+        return Scheme("modelopt_mixed", f"modelopt MIXED_PRECISION ({' + '.join(sorted(algos))} per layer, "
+                      f"{len(per_layer)} layers listed; the rest 16-bit)", dtype_bytes, (), exclude, "modelopt",
+                      lm_head=True, per_layer=tuple(per_layer))
+    fmt = _modelopt_format(algo, int(group or 16))
+    if fmt is None:
+        raise InputError(f"config: quantization_config lists scheme 'modelopt {algo}' (quant_algo) that kvdiag does "
+                         f"not size (vLLM 0.33 serves {', '.join(MODELOPT_ALGOS)})")
+    if algo == "NVFP4" and isinstance(qc.get("config_groups"), Mapping) and qc["config_groups"] and all(
+            isinstance(g, Mapping) and g.get("input_activations") is None for g in qc["config_groups"].values()):
+        fmt = _modelopt_format("W4A16_NVFP4", int(group or 16))  # ModelOptNvFp4Config._from_config
+    desc = {"FP8": "modelopt FP8", "NVFP4": "NVFP4 (0.5 B + fp8 scale per 16 weights)"}.get(algo, f"modelopt {algo}")
+    if "NVFP4" in algo:  # qwen3_5_mtp.py @ v0.33.0: mtp.fc is bf16 in NVFP4 checkpoints, built unquantised
+        forced = forced + ("mtp.fc",)
+    return Scheme(method, desc, dtype_bytes, (((("Linear",), fmt)),), exclude, "modelopt", lm_head=True,
+                  forced_16bit=forced)
+
+
+_FUSED_OF = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
+             "up_proj": "gate_up_proj", "in_proj_qkv": "in_proj_qkvz", "in_proj_z": "in_proj_qkvz",
+             "in_proj_b": "in_proj_ba", "in_proj_a": "in_proj_ba"}
+"""vLLM's packed module of a checkpoint shard (``packed_modules_mapping`` of llama.py, qwen3_5.py @ v0.33.0):
+a MIXED_PRECISION table may name either."""
+
+
+def _mixed_format(per_layer: tuple[tuple[str, "_Format"], ...], m: Module) -> "_Format | None":
+    """The layer's format under MIXED_PRECISION, looked up as ``_resolve_quant_algo`` does (``modelopt.py``
+    @ v0.33.0): the module's name (or its ``language_model.model.`` / ``model.language_model.`` twin, ``lm_head``),
+    its packed vLLM name, then any listed key under it (the experts: ``...mlp.experts.0.up_proj`` under
+    ``...mlp.experts``), then for experts any key under the MLP (``...mlp.``)."""
+    table = dict(per_layer)
+    names = (m.name,) + m.aliases
+    if m.kind == "experts":
+        names = tuple(dict.fromkeys(n.rsplit(".", 1)[0] for n in names))  # vLLM's RoutedExperts prefix
+    for n in names:
+        if n in table:
+            return table[n]
+    if m.kind == "lm_head" and "lm_head" in table:
+        return table["lm_head"]
+    for n in names:
+        base, _, leaf = n.rpartition(".")
+        fused = _FUSED_OF.get(leaf)
+        if fused and f"{base}.{fused}" in table:
+            return table[f"{base}.{fused}"]
+    for n in names:
+        for key, fmt in per_layer:
+            if key.startswith(n + "."):
+                return fmt
+    if m.kind == "experts":
+        for n in names:
+            parent = n.rsplit(".experts", 1)[0] + "."
+            for key, fmt in per_layer:
+                if key.startswith(parent):
+                    return fmt
+    return None
+
+
+
 def bytes_per_weight(quantization: str | None, qc: Mapping[str, Any] | None, dtype_bytes: int) -> tuple[float, str]:
     """Bytes one weight of a large quantised linear layer takes, scales included, and a one-line description.
 
@@ -307,7 +430,7 @@ def bytes_per_weight(quantization: str | None, qc: Mapping[str, Any] | None, dty
     s = scheme_of(quantization, qc, dtype_bytes)
     if s.method is None:
         return float(dtype_bytes), s.description
-    fmt = s.formats[0][1]
+    fmt = s.formats[0][1] if s.formats else s.per_layer[0][1]
     n = 1 << 14
     per = (fmt.bytes(n, n) - (fmt.per_matrix_bytes + (fmt.scale_bytes if fmt.scale == "tensor" else 0))) / (n * n)
     if fmt.scale == "channel" or (fmt.scale == "group" and fmt.group <= 0):

@@ -186,7 +186,7 @@ def estimate(
         weights_total: int | None
         weights_why = ""
         try:
-            weights_total = cap.weights_bytes(config, quantization)
+            weights_total = cap.weights_bytes(config, quantization, include_mtp=speculative_method == "mtp")
         except (InputError, ValueError) as exc:
             weights_total = None
             weights_why = cap.weights_missing_reason(exc)

@@ -126,9 +126,10 @@ def _weights_per_worker(bundle: Bundle, cfg: dict, src_cfg: str, tp: int) -> tup
     quant = None if has_qc or not logged_q else logged_q
     measured = bundle.last("weights_bytes")
     measured = measured if measured and measured[0] > 0 else None
+    mtp = _text_last(bundle, "speculative_method") == "mtp"  # the drafter's MTP layers load with the model
     try:
-        total_w = capacity.weights_bytes(cfg, quant)
-        per_w = capacity.weights_bytes_per_worker(cfg, quant, tp, pp)
+        total_w = capacity.weights_bytes(cfg, quant, include_mtp=mtp)
+        per_w = capacity.weights_bytes_per_worker(cfg, quant, tp, pp, include_mtp=mtp)
     except (InputError, ValueError) as exc:
         why = capacity.weights_missing_reason(exc)
         if measured:
