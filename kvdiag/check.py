@@ -112,9 +112,7 @@ def check_state_path(path: str) -> None:
     Raises:
         InputError: the folder does not exist (kvdiag does not create it), the path is a folder, or the file
             exists and is not a kvdiag state file (a JSON object with a ``"version"`` key): kvdiag never
-            overwrites a log or config given by mistake. An empty file is refused too (issue 40): kvdiag writes
-            its state whole (by rename), so an empty file is someone else's; a path that does not exist is a
-            fresh state.
+            overwrites a log or config given by mistake. An empty file is accepted (a fresh state).
     """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
@@ -129,8 +127,7 @@ def check_state_path(path: str) -> None:
 
     raw = read_bytes(path, STATE_BYTES, "a kvdiag state file", label="--state")
     if not raw.strip():
-        raise InputError(f"--state {path}: an empty file, not a kvdiag state file; refusing to overwrite it "
-                         "(remove it, or name a file that does not exist, for a fresh state)")
+        return
     try:
         data = loads(raw.decode("utf-8"), path, "a kvdiag state file")
     except (InputError, ValueError):

