@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from .config_fields import int_field, text_config_of
-from .modules import Module
+from .module import Module
 from .units import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 QWEN2_VL = ("qwen2_vl",)
