@@ -30,6 +30,7 @@ from .bundle import Bundle
 from .errors import InputError
 from .report.model import Report
 from .signals import SIGNALS
+from .thresholds import HIGH_USAGE
 
 STATE_VERSION = 1
 STATUS = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
@@ -275,18 +276,24 @@ def normalize_on(option: str, values: tuple[str, ...], classes: set[str]) -> tup
     return tuple(out)
 
 
-def status_of(report: Report, warn_on: tuple[str, ...], fail_on: tuple[str, ...]) -> int:
+def status_of(report: Report, warn_on: tuple[str, ...], fail_on: tuple[str, ...], usage: float | None = None) -> int:
     """Nagios status of a report.
 
-    Without ``--warn-on`` / ``--fail-on`` the verdict's severity decides (ok 0, warning 1, critical 2). With
-    them, a verdict whose class or severity is listed in ``fail_on`` is CRITICAL, in ``warn_on`` WARNING, and
-    any other OK. ``inconclusive`` is always UNKNOWN (3).
+    Without ``--warn-on`` / ``--fail-on`` the verdict's severity decides (ok 0, warning 1, critical 2), raised to the
+    perfdata thresholds it prints: a window whose peak KV usage ``usage`` (ratio 0-1) reached :data:`USAGE_WARN` is
+    at least WARNING, :data:`USAGE_CRIT` at least CRITICAL. With them, a verdict whose class or severity is listed in
+    ``fail_on`` is CRITICAL, in ``warn_on`` WARNING, and any other OK. ``inconclusive`` is always UNKNOWN (3).
     """
     v = report.verdict
     if v.primary == "inconclusive":
         return 3
     if not warn_on and not fail_on:
-        return SEVERITY_CODE[v.severity]
+        code = SEVERITY_CODE[v.severity]
+        if usage is not None and usage >= USAGE_CRIT:
+            return 2
+        if usage is not None and usage >= USAGE_WARN:
+            return max(code, 1)
+        return code
     keys = {v.primary, v.severity}
     if keys & set(fail_on):
         return 2
@@ -295,11 +302,26 @@ def status_of(report: Report, warn_on: tuple[str, ...], fail_on: tuple[str, ...]
     return 0
 
 
-def perfdata(bundle: Bundle, report: Report) -> str:
+USAGE_WARN = HIGH_USAGE
+"""kv_cache_usage warning threshold (perfdata, and the least status of a run that reached it): a pool this full
+queues or preempts the next request (:mod:`kvdiag.thresholds`)."""
+USAGE_CRIT = 1.0
+"""kv_cache_usage critical threshold: every block of the pool in use, no free block for a new request's first chunk
+or a running request's next block."""
+
+
+def usage_max(bundle: Bundle) -> float | None:
+    """The window's peak ``kv_cache_usage`` (ratio 0-1), ``None`` without one."""
+    rows = bundle.signal("kv_cache_usage").dropna(subset=["value"])
+    return float(rows["value"].max()) if not rows.empty else None
+
+
+def perfdata(bundle: Bundle, report: Report, thresholds: bool = True) -> str:
     """Nagios perfdata ``label=value[unit];warn;crit;min;max`` for the numbers a dashboard would plot.
 
-    kv_cache_usage (max over the window; warning and critical threshold = vLLM's near-full level, printed only when
-    requests waited at that level or were preempted, as rule CAP001 judges), preemptions and waiting
+    kv_cache_usage (max over the window; warning threshold :data:`USAGE_WARN`, critical :data:`USAGE_CRIT`, the same
+    on every run, and honoured by :func:`status_of`; none with ``thresholds=False``, when ``--warn-on`` /
+    ``--fail-on`` make the status the verdict's class alone), preemptions and waiting
     (increase / max over the window), prefix-cache hit rate (late window) when present, and
     ``kv_full_eta_seconds`` (the forecast time until the pool is full at the current usage trend, seconds; warning
     threshold = rule CAP002's horizon) when usage is rising.
@@ -317,14 +339,10 @@ def perfdata(bundle: Bundle, report: Report) -> str:
             return
         parts.append(f"{label}={_plain(value, fmt)}{tail}")
 
-    # thresholds only where the status honours them: vLLM's near-full level (kvdiag/derive/queue.py) when requests
-    # waited at it or were preempted (CAP001 then fires, CRITICAL); high usage with nothing held back is no alert
-    level, near = bundle.last("kv_near_full_level"), bundle.last("num_requests_waiting_near_full")
-    pre = bundle.signal("num_preemptions").sort_values("seq")
-    preempted = len(pre) >= 2 and aggregate(pre, "increase", "counter")[0] > 0
-    held = (near is not None and near[0] > 0) or preempted
-    lv = _plain(round(level[0], 4)) if level else ""
-    one("kv_cache_usage", "kv_cache_usage", "max", f";{lv};{lv};0;1" if level and held else ";;;0;1")
+    # fixed, distinct thresholds (issue 39 item 8): a graph's threshold lines must not move from run to run, so not
+    # the near-full level derived from each window; status_of honours them
+    one("kv_cache_usage", "kv_cache_usage", "max",
+        f";{_plain(USAGE_WARN)};{_plain(USAGE_CRIT)};0;1" if thresholds else ";;;0;1")
     one("preemptions", "num_preemptions", "increase", ";;;0")
     one("waiting", "num_requests_waiting", "max", ";;;0")
     one("running", "num_requests_running", "max", ";;;0")

@@ -80,7 +80,7 @@ def test_textfile_folder_is_not_created(kvdiag, tmp_path):
 def test_textfile_failure_turns_ok_into_unknown(kvdiag, tmp_path):
     """A healthy verdict that never reached node_exporter is not OK (exit 3); a CRITICAL one stays CRITICAL above."""
     out = tmp_path / "missing" / "tf"
-    res = kvdiag("check", "--metrics-file", str(FIXTURES / "metrics" / "v011_usage_split_across_api_servers.prom"),
+    res = kvdiag("check", "--metrics-file", str(FIXTURES / "metrics" / "vllm033_quiet_0030.prom"),
                  "--textfile", str(out))
     status, details = nagios(res)
     assert res.code == 3 and status.startswith("KVDIAG UNKNOWN - healthy:")

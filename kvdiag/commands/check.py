@@ -107,7 +107,13 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
         note = chk.save_state(state_file, inst, current)
         if note:
             notes.append(note)
-    code = chk.status_of(report, tuple(warn_on), tuple(fail_on))
+    usage = chk.usage_max(bundle)
+    code = chk.status_of(report, tuple(warn_on), tuple(fail_on), usage)
+    if not warn_on and not fail_on and usage is not None and code > chk.SEVERITY_CODE.get(report.verdict.severity, 3):
+        level = chk.USAGE_CRIT if code == 2 else chk.USAGE_WARN
+        notes.append(chk.Note(f"KV cache usage peaked at {usage:.1%}, at or above the {level:.0%} "
+                              f"{'critical' if code == 2 else 'warning'} threshold of the perfdata",
+                              f"KV usage {usage:.1%} ≥ {level:.0%}"))
     if state_note and code == 0:
         code = 3  # the window since the last check could not be judged; a WARNING/CRITICAL verdict still shows
     reg = chk.build_registry(inst, report, code != 3, now)
@@ -116,7 +122,7 @@ def check(ctx, logs, metrics_files, metrics_urls, duration, interval, model_conf
             notes.append(note)
             if code == 0:
                 code = 3  # the verdict did not reach the monitoring it was meant for: not OK, never hides CRITICAL
-    click.echo(chk.status_output(code, report, chk.perfdata(bundle, report), notes))
+    click.echo(chk.status_output(code, report, chk.perfdata(bundle, report, not warn_on and not fail_on), notes))
     ctx.exit(code)
 
 

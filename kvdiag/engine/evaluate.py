@@ -530,11 +530,17 @@ def verdict(findings: list[Finding], unexplained: list[str] | None = None) -> Ve
         return Verdict("inconclusive", "ok", "low",
                        Summary("The input shows a failure no rule explains", (f"{unexplained[0]}{more}",),
                                after=("Not judged healthy.",)), [], ruled_out("inconclusive"))
-    if judged and not notes and not any(f.status == "quiet" and f.on_evidence for f in judged):
-        # every quiet rule was quiet only because its inputs were absent: nothing was judged (Nagios UNKNOWN)
+    if judged and not any(f.status == "quiet" and f.on_evidence for f in judged):
+        # every quiet rule was quiet only because its inputs were absent: nothing was judged (Nagios UNKNOWN). A
+        # firing note (severity ok: "the usage gauge is split across processes") judges no problem either; it is
+        # kept beside the verdict
+        if not notes:
+            return Verdict("inconclusive", "ok", "low",
+                           f"Nothing could be judged: {len(findings)} rule(s), none with the signals it needs in the "
+                           "input.", [], [])
         return Verdict("inconclusive", "ok", "low",
-                       f"Nothing could be judged: {len(findings)} rule(s), none with the signals it needs in the "
-                       "input.", [], [])
+                       Summary(f"Nothing could be judged: {len(findings) - len(notes)} rule(s), none with the "
+                               "signals it needs in the input.", notes=tuple(n.message for n in notes)), [], [])
     runtime_judged = [f for f in judged if f.cls in RUNTIME_CLASSES and (f.status == "fires" or f.on_evidence)]
     if judged and not runtime_judged and not notes:
         return Verdict("inconclusive", "ok", "low",

@@ -96,6 +96,9 @@ _GLUED_CALL = re.compile(r"\s+(?:[\w.\[\], ]+\s*=\s*)?(?:return\s+|await\s+)?(?:
 # an exception line glued after a frame's source text
 _GLUED_EXC = re.compile(r"(?:^|[\s.:])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):\s)")
 _LOADED_IN_TEXT = re.compile(r"Model loading took ([\d.]+) ?GiB")
+# torch 2.1+ (c10/cuda/CUDACachingAllocator.cpp), only when above 0: 'with 2.52 GiB allocated in private pools (e.g.,
+# CUDA Graphs),' — a paste wrapped in the middle is re-joined with a space before matching
+_PRIVATE_POOLS = re.compile(r"with ([\d.]+) (\w+) allocated in private pools")
 
 
 def _oom(c: LogCollector, m: re.Match, line: Line) -> None:
@@ -113,12 +116,16 @@ def _oom(c: LogCollector, m: re.Match, line: Line) -> None:
     torch_alloc = size_bytes(mm.group(1), mm.group(2)) if mm else None
     if torch_alloc is not None:
         c._add("oom_torch_allocated_bytes", torch_alloc, line)
+    mm = _PRIVATE_POOLS.search(msg)
+    private = size_bytes(mm.group(1), mm.group(2)) if mm else None
+    if private is not None:
+        c._add("oom_private_pools_bytes", private, line)
     c._add("oom_free_bytes", free, line)
     mm = re.search(r"this process has ([\d.]+) (\w+) memory in use", msg)
     if mm:
         c._add("oom_process_in_use_bytes", size_bytes(mm.group(1), mm.group(2)), line)
     if not phase:
-        phase = c._step.get(key, "") or _infer_phase(c, torch_alloc, total)
+        phase = c._step.get(key, "") or _infer_phase(c, torch_alloc, total, private)
     c._add("cuda_oom", tried, line, text=phase or "unknown")
     c._oom_line = line.lineno
     c._close_tb = True
@@ -168,15 +175,27 @@ def _phase_for(c: LogCollector, line: Line) -> str:
     return phase
 
 
-def _infer_phase(c: LogCollector, torch_alloc: float | None, total: float) -> str:
-    """No traceback frames: if nothing in this start-up segment shows the weights loaded, the KV pool sized or a
-    request served, and PyTorch holds ≥ 90 % of the GPU, the only large allocation so far is the weights."""
+def _infer_phase(c: LogCollector, torch_alloc: float | None, total: float, private: float | None = None) -> str:
+    """The phase of an OOM without traceback frames or phase marker, from its memory figures (bytes).
+
+    * PyTorch holds memory in private pools (``private`` > 0, a small share of ``torch_alloc``): CUDA graphs were
+      captured — vLLM captures them into a private pool (``vllm/compilation/cuda_graph.py`` ``CUDAGraphWrapper``,
+      ``torch.cuda.graph(..., pool=self.graph_pool)``) in ``compile_or_warm_up_model``, after the weights loaded
+      and the KV pool was allocated (``v1/worker/gpu_worker.py``) — so the OOM came while serving: ``runtime``.
+      Not when the private pools hold most of PyTorch's memory: sleep mode loads the weights into a private pool
+      of its own (``vllm/device_allocator/cumem.py``, ``use_memory_pool(tag="weights")``).
+    * Else, if PyTorch holds ≥ 90 % of the GPU, the only large allocation so far is the weights: ``load``.
+
+    Both only when nothing in this start-up segment shows the weights loaded, the KV pool sized or a request served
+    (then ``""``: :func:`kvdiag.derive.core.oom_phase` settles the phase from the order of start-up steps)."""
     later = {"weights_bytes", "kv_cache_memory_bytes", "num_gpu_blocks", "kv_cache_size_tokens",
              "kv_cache_usage", "num_requests_running", "activation_peak_bytes", "peak_torch_memory_bytes",
              "cudagraph_bytes"}
     if c._segment_signals & later:
         return ""
-    if torch_alloc is not None and total > 0 and torch_alloc / total >= 0.90:
+    if private and torch_alloc and private < 0.5 * torch_alloc:
+        return "runtime"
+    if torch_alloc is not None and total > 0 and torch_alloc / total >= 0.90 and not private:
         return "load"
     return ""
 
